@@ -1,0 +1,164 @@
+"""The composed CoDA configuration: sections, presets, files and `--set` overrides.
+
+Resolution order (later wins): section defaults → preset → config file → `--set key=value` overrides.
+Every run writes the resolved configuration to `config.yaml` in its run directory, and
+`load_config_file(dump) == cfg` holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError
+
+from coda.bench.config import BenchConfig
+from coda.config_base import Section
+from coda.critic.config import CriticConfig
+from coda.engine.config import EngineConfig
+from coda.errors import ConfigError
+from coda.memory.config import MemoryConfig
+from coda.policy.config import PolicyConfig
+from coda.runtime.config import RuntimeConfig
+from coda.scene.config import SceneConfig
+from coda.shaping.config import ShapingConfig
+from coda.sim.config import SimConfig
+
+PRESETS = ("tiny", "quick", "full")
+
+
+class CodaConfig(Section):
+    preset: str = "quick"  # name of the preset this configuration started from
+    sim: SimConfig = Field(default_factory=SimConfig)  # simulator backend and rendering
+    scene: SceneConfig = Field(default_factory=SceneConfig)  # scene language, splits and validity
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)  # action-chunk policy and its training
+    critic: CriticConfig = Field(default_factory=CriticConfig)  # failure diagnosis and verification
+    shaping: ShapingConfig = Field(default_factory=ShapingConfig)  # Text2potential
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)  # the shared memory store
+    engine: EngineConfig = Field(default_factory=EngineConfig)  # the round loop
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)  # executors
+    bench: BenchConfig = Field(default_factory=BenchConfig)  # benchmarks
+
+
+def _format_validation_error(err: ValidationError, data: Mapping[str, Any]) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            parts.append(f"unknown key '{loc}' (value {e['input']!r})")
+        elif e["type"] == "missing":
+            parts.append(f"missing key '{loc}'")
+        else:
+            where = f"'{loc}'" if loc else "config"
+            msg = e["msg"].removeprefix("Value error, ")
+            value = e.get("input")
+            shown = "" if isinstance(value, Mapping) else f" = {value!r}"
+            parts.append(f"{where}{shown}: {msg}")
+    return "invalid config: " + "; ".join(parts)
+
+
+def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in update.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _deep_merge(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+def preset_overrides(name: str) -> dict[str, Any]:
+    """The partial configuration a preset applies on top of the section defaults."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset '{name}'. Available: {list(PRESETS)}")
+    text = resources.files("coda.presets").joinpath(f"{name}.yaml").read_text()
+    data = yaml.safe_load(text) or {}
+    data["preset"] = name
+    return data
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML or JSON config file into a mapping. Raises ConfigError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file '{p}' does not exist")
+    text = p.read_text()
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"config file '{p}' is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{p}' must hold a mapping at top level, got {type(data).__name__}")
+    return data
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """Parse `section.key=value` (value as YAML scalar/list). Raises ConfigError on bad syntax."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not p for p in key.split(".")):
+        raise ConfigError(f"override '{item}' must look like section.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        raise ConfigError(f"override '{item}': value {raw!r} is not a valid YAML scalar") from None
+    return key.split("."), value
+
+
+def build_config(
+    preset: str | None = None,
+    file: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    data: Mapping[str, Any] | None = None,
+) -> CodaConfig:
+    """Resolve a configuration: defaults → preset → file → mapping `data` → overrides.
+
+    The preset is `preset` if given, else the file's `preset` key, else "quick".
+
+    Raises:
+        ConfigError: unknown preset, unreadable file, unknown key or invalid value (named).
+    """
+    merged: dict[str, Any] = {}
+    file_data = read_config_file(file) if file is not None else {}
+    preset = preset or str(file_data.get("preset") or "quick")
+    merged = _deep_merge(merged, preset_overrides(preset))
+    merged = _deep_merge(merged, file_data)
+    if data:
+        merged = _deep_merge(merged, data)
+    for item in overrides:
+        path, value = parse_override(item)
+        nested: Any = value
+        for part in reversed(path):
+            nested = {part: nested}
+        merged = _deep_merge(merged, nested)
+    return validate_config(merged)
+
+
+def validate_config(data: Mapping[str, Any]) -> CodaConfig:
+    """Validate a full mapping into a CodaConfig. Raises ConfigError naming the bad field."""
+    try:
+        return CodaConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(e, data)) from None
+
+
+def dump_config(cfg: CodaConfig, path: str | Path) -> Path:
+    """Write the resolved configuration as YAML (atomically) and return its path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    tmp.replace(p)
+    return p
+
+
+def load_config_file(path: str | Path) -> CodaConfig:
+    """Load a resolved configuration written by `dump_config` (no preset applied on top)."""
+    return validate_config(read_config_file(path))
