@@ -1,0 +1,3 @@
+from coda.cli import app
+
+app(prog_name="coda")
