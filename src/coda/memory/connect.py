@@ -1,0 +1,143 @@
+"""`open_memory`: connect to a run's memory database, check its schema version, create or upgrade it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
+
+from coda.errors import CodaError
+from coda.memory import schema
+from coda.memory.backend import (
+    DB_FILENAME,
+    READ_OPTIONS_POSTGRES,
+    READ_OPTIONS_SQLITE,
+    build_engine,
+    mask_url,
+    normalize_url,
+    sqlite_path,
+    sqlite_url,
+)
+from coda.memory.config import MemoryConfig
+from coda.memory.errors import MemoryConnectError, MemoryNotFoundError, MemoryStoreError
+from coda.memory.store import Memory, first_line
+
+
+def open_memory(
+    run_dir: str | Path,
+    url: str | None = None,
+    connect_timeout_s: float = 5.0,
+    *,
+    busy_timeout_s: float = 10.0,
+    create: bool = True,
+    readonly: bool = False,
+) -> Memory:
+    """Open the memory of a run directory.
+
+    Args:
+        run_dir: the run directory; holds `memory.sqlite` (when `url` is None) and the artifacts.
+        url: a SQLAlchemy URL instead of the run's SQLite file: `postgresql+psycopg://USER:PW@HOST:PORT/DB`
+            (`postgresql://` is read the same way) or `sqlite:///PATH`.
+        connect_timeout_s: give up on an unreachable server after this long.
+        busy_timeout_s: SQLite: wait this long for another process's write lock.
+        create: create the database (and run directory) when missing; if False a missing SQLite file is an error.
+        readonly: refuse all writes (SQLite opened with `mode=ro`, PostgreSQL sessions read-only); the schema is
+            neither created nor upgraded.
+
+    Returns:
+        A Memory. Close it (or use it as a context manager) when done.
+
+    Raises:
+        MemoryConnectError: bad or unsupported URL, or the database cannot be reached (password hidden).
+        MemoryNotFoundError: no SQLite file and `create` is False (or `readonly`).
+        SchemaVersionError: the database was written by a newer schema; nothing was written to it.
+        MemoryStoreError: the database is not a CoDA memory, or is older and opened read-only.
+    """
+    if connect_timeout_s <= 0:
+        raise MemoryConnectError(f"connect_timeout_s = {connect_timeout_s!r}: must be > 0")
+    run_dir = Path(run_dir)
+    if url is None:
+        parsed: URL = sqlite_url(run_dir / DB_FILENAME)
+    else:
+        parsed = normalize_url(url)
+    where = mask_url(parsed)
+    if parsed.get_backend_name() == "sqlite":
+        db_file = sqlite_path(parsed)
+        if db_file.is_dir():
+            raise MemoryConnectError(f"memory database '{db_file}' is a directory, not a SQLite file")
+        if db_file.exists():
+            # Checked through a read-only handle first, so a newer database is refused with nothing written.
+            schema.check_readable(_sqlite_version_readonly(db_file, where), where)
+        elif readonly or not create:
+            raise MemoryNotFoundError(f"no memory database at '{db_file}' (run directory '{run_dir}')")
+        else:
+            db_file.parent.mkdir(parents=True, exist_ok=True)
+        if readonly:
+            parsed = sqlite_url(db_file, readonly=True)
+        read_options = dict(READ_OPTIONS_SQLITE)
+    else:
+        read_options = dict(READ_OPTIONS_POSTGRES)
+    engine = build_engine(parsed, connect_timeout_s=connect_timeout_s, busy_timeout_s=busy_timeout_s, readonly=readonly)
+    try:
+        _prepare_schema(engine, where, readonly)
+    except BaseException:
+        engine.dispose()
+        raise
+    return Memory(engine, where, run_dir, readonly, read_options)
+
+
+def open_memory_from_config(run_dir: str | Path, cfg: MemoryConfig, *, readonly: bool = False) -> Memory:
+    """`open_memory` with the URL and timeouts of a MemoryConfig section."""
+    return open_memory(
+        run_dir, cfg.url, cfg.connect_timeout_s, busy_timeout_s=cfg.busy_timeout_s, readonly=readonly
+    )
+
+
+def _sqlite_version_readonly(db_file: Path, where: str) -> int | None:
+    try:
+        con = sqlite3.connect(f"file:{db_file.resolve().as_posix()}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error as e:
+        raise MemoryConnectError(f"cannot open memory database {where}: {e}") from None
+    try:
+        row = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='schema_meta'").fetchone()
+        if row is None:
+            return None
+        got = con.execute("SELECT value FROM schema_meta WHERE key='schema_version'").fetchone()
+        return int(got[0]) if got is not None else None
+    except sqlite3.DatabaseError as e:
+        raise MemoryConnectError(f"memory database {where} is not a readable SQLite file: {e}") from None
+    except ValueError:
+        raise MemoryStoreError(f"memory database {where}: schema_meta 'schema_version' is not an integer") from None
+    finally:
+        con.close()
+
+
+def _prepare_schema(engine: Engine, where: str, readonly: bool) -> None:
+    try:
+        if readonly:
+            with engine.connect() as conn:
+                found = schema.read_version(conn)
+                conn.rollback()
+            schema.check_readable(found, where)
+            if found is None:
+                raise MemoryStoreError(f"memory database {where} holds no CoDA memory (no schema version)")
+            if found < schema.SCHEMA_VERSION:
+                raise MemoryStoreError(
+                    f"memory database {where} has schema version {found}, older than this CoDA's "
+                    f"({schema.SCHEMA_VERSION}); open it once read-write to upgrade it"
+                )
+            return
+        with engine.connect() as conn:
+            # Look before locking: a newer database is refused without any write or lock.
+            schema.check_readable(schema.read_version(conn), where)
+            conn.rollback()
+        with engine.begin() as conn:
+            schema.lock_for_schema(conn)
+            schema.ensure_schema(conn, where)
+    except CodaError:
+        raise
+    except SQLAlchemyError as e:
+        raise MemoryConnectError(f"cannot reach memory database {where}: {first_line(e)}") from None
