@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coda.config_base import Section
 
@@ -17,3 +17,17 @@ class SimConfig(Section):
     render_size: int = Field(128, ge=16, le=1024)  # keyframe width and height (px)
     cameras: tuple[str, ...] = ("front", "wrist")  # cameras rendered for keyframes
     gl_backend: Literal["egl", "osmesa", "auto"] = "auto"  # headless OpenGL backend for rendering
+    max_entities: int = Field(10, ge=1, le=64)  # rows of the "objects" observation (entities per scene at most)
+    max_text_length: int = Field(256, ge=16, le=4096)  # longest instruction or entity description observed
+    settle_steps: int = Field(2, ge=0, le=100)  # control steps run at reset (gripper held) so objects start at rest
+    expert_chunk: int = Field(8, ge=1, le=64)  # actions in one scripted-expert chunk
+
+    @model_validator(mode="after")
+    def _whole_substeps(self) -> "SimConfig":
+        n = 1.0 / (self.control_hz * self.physics_dt)
+        if abs(n - round(n)) > 1e-6:
+            raise ValueError(
+                f"control_hz ({self.control_hz}) x physics_dt ({self.physics_dt}) must give a whole number "
+                f"of physics steps per control step, got {n:.4f}"
+            )
+        return self

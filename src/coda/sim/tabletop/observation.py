@@ -1,0 +1,132 @@
+"""The tabletop observation: layout, gymnasium spaces and a fast builder.
+
+Observation (a dict; stable layout, version `OBS_VERSION`):
+
+- "proprio"      float32 (12,): [0:3] TCP position (m), [3] sin yaw, [4] cos yaw, [5] finger gap (m),
+                 [6] last grip command (1 open .. 0 closed), [7:10] TCP linear velocity (m/s),
+                 [10] left finger touches something, [11] right finger touches something (0/1).
+- "objects"      float32 (M, 24), M = `SimConfig.max_entities`, one row per entity in spec order
+                 (objects, containers, drawers, regions), zero rows after the last entity:
+                 [0:3]   position (object centre; container floor centre; drawer handle; region centre), m
+                 [3:6]   half extents (containers: inner x, y and wall half-height; drawers: cabinet), m
+                 [6:8]   sin, cos of the heading (yaw of the entity's x axis)
+                 [8:11]  the entity's z axis in the world (0, 0, 1 when upright)
+                 [11:14] colour RGB in [0, 1]
+                 [14:21] type one-hot: box, cylinder, sphere, tray, bowl, drawer, region
+                 [21]    drawer opening fraction (0 for other entities)
+                 [22:24] left, right finger touches this entity (0/1)
+- "object_mask"  int8 (M,): 1 for rows that hold an entity.
+- "object_text"  tuple of M strings: each entity in words ("small red cube", "gray tray",
+                 "white drawer", "green goal region"); "" for empty rows.
+- "instruction"  the scene's instruction.
+
+The observation is role-free: nothing marks which entity the instruction is about.
+"""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+from gymnasium import spaces
+
+from coda.errors import CodaError
+from coda.sim.tabletop.builder import TYPES, SceneIndex
+from coda.sim.tabletop.predicates import TabletopState
+
+OBS_VERSION = 1
+PROPRIO_DIM = 12
+ENTITY_DIM = 24
+# Characters allowed in instructions and descriptions (printable ASCII, single spaces and punctuation).
+CHARSET = frozenset(string.ascii_letters + string.digits + string.punctuation + " ")
+
+# Column slices of an "objects" row, for code that reads the layout by name.
+COL_POS, COL_SIZE, COL_YAW, COL_ZAXIS, COL_RGB = slice(0, 3), slice(3, 6), slice(6, 8), slice(8, 11), slice(11, 14)
+COL_TYPE, COL_FRACTION, COL_TOUCH = slice(14, 21), 21, slice(22, 24)
+
+
+class ObservationError(CodaError, ValueError):
+    """A scene cannot be observed with this layout (too many entities, text out of the charset or too long)."""
+
+
+def observation_space(max_entities: int, max_text: int) -> spaces.Dict:
+    """The gymnasium space of the observation above."""
+    return spaces.Dict(
+        {
+            "proprio": spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32),
+            "objects": spaces.Box(-np.inf, np.inf, (max_entities, ENTITY_DIM), np.float32),
+            "object_mask": spaces.Box(0, 1, (max_entities,), np.int8),
+            "object_text": spaces.Tuple(
+                [spaces.Text(max_text, min_length=0, charset=CHARSET) for _ in range(max_entities)]
+            ),
+            "instruction": spaces.Text(max_text, min_length=1, charset=CHARSET),
+        }
+    )
+
+
+def check_text(field: str, text: str, max_text: int) -> None:
+    """Raise ObservationError if `text` does not fit the Text space (length, charset)."""
+    if len(text) > max_text:
+        raise ObservationError(f"{field} has {len(text)} characters, more than sim.max_text_length ({max_text})")
+    bad = sorted(set(text) - CHARSET)
+    if bad:
+        raise ObservationError(f"{field} = {text!r} has characters outside the observation charset: {bad}")
+
+
+class ObservationBuilder:
+    """Writes observations of one scene; static columns are filled once per scene."""
+
+    def __init__(self, index: SceneIndex, instruction: str, max_entities: int, max_text: int) -> None:
+        n = len(index.names)
+        if n > max_entities:
+            raise ObservationError(f"scene has {n} entities {list(index.names)}, more than sim.max_entities ({max_entities})")
+        check_text("instruction", instruction, max_text)
+        for name, t in zip(index.names, index.texts):
+            check_text(f"description of '{name}'", t, max_text)
+        self._n = n
+        rows = np.zeros((max_entities, ENTITY_DIM), dtype=np.float32)
+        rows[:n, COL_SIZE] = index.size
+        rows[:n, COL_RGB] = index.rgb
+        for i, t in enumerate(index.types):
+            rows[i, 14 + TYPES.index(t)] = 1.0
+        self._static = rows
+        self._mask = np.zeros(max_entities, dtype=np.int8)
+        self._mask[:n] = 1
+        self._text = tuple(index.texts) + ("",) * (max_entities - n)
+        self._instruction = instruction
+
+    def build(self, s: TabletopState) -> dict[str, object]:
+        """The observation of state `s` (fresh arrays; the strings are shared, immutable)."""
+        n = self._n
+        left, right = s.finger_contacts
+        proprio = np.empty(PROPRIO_DIM, dtype=np.float32)
+        proprio[0:3] = s.gripper_pos
+        proprio[3] = np.sin(s.gripper_yaw)
+        proprio[4] = np.cos(s.gripper_yaw)
+        proprio[5] = s.gripper_width
+        proprio[6] = s.grip_cmd
+        proprio[7:10] = s.gripper_vel
+        proprio[10] = bool(left)
+        proprio[11] = bool(right)
+        rows = self._static.copy()
+        if n:
+            rows[:n, COL_POS] = s.pos
+            rows[:n, 6] = s.rot[:, 1, 0]
+            rows[:n, 7] = s.rot[:, 0, 0]
+            yaw_norm = np.hypot(rows[:n, 6], rows[:n, 7])  # heading from the rotated x axis, made unit
+            np.divide(rows[:n, 6:8], np.maximum(yaw_norm, 1e-6)[:, None], out=rows[:n, 6:8])
+            rows[:n, COL_ZAXIS] = s.rot[:, :, 2]
+            rows[:n, COL_FRACTION] = s.fraction
+            if left or right:
+                for col, touched in ((22, left), (23, right)):
+                    for name in touched:
+                        i = s.index.get(name)
+                        if i is not None:
+                            rows[i, col] = 1.0
+        return {
+            "proprio": proprio,
+            "objects": rows,
+            "object_mask": self._mask.copy(),
+            "object_text": self._text,
+            "instruction": self._instruction,
+        }
