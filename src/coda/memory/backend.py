@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.pool import NullPool
 
 from coda.memory.errors import MemoryConnectError
 
@@ -112,8 +111,7 @@ def build_engine(url: URL, *, connect_timeout_s: float, busy_timeout_s: float, r
 
 
 def _sqlite_engine(url: URL, *, busy_timeout_s: float, readonly: bool) -> Engine:
-    # NullPool: a connection per session, closed after it; keeps file handles and locks short-lived.
-    engine = create_engine(url, poolclass=NullPool)
+    engine = create_engine(url, pool_size=2, max_overflow=8)
     busy_ms = int(busy_timeout_s * 1000)
 
     @event.listens_for(engine, "connect")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
@@ -21,9 +22,11 @@ from coda.memory.backend import (
     sqlite_path,
     sqlite_url,
 )
-from coda.memory.config import MemoryConfig
 from coda.memory.errors import MemoryConnectError, MemoryNotFoundError, MemoryStoreError
 from coda.memory.store import Memory, first_line
+
+if TYPE_CHECKING:
+    from coda.memory.config import MemoryConfig
 
 
 def open_memory(
@@ -89,7 +92,7 @@ def open_memory(
     return Memory(engine, where, run_dir, readonly, read_options)
 
 
-def open_memory_from_config(run_dir: str | Path, cfg: MemoryConfig, *, readonly: bool = False) -> Memory:
+def open_memory_from_config(run_dir: str | Path, cfg: "MemoryConfig", *, readonly: bool = False) -> Memory:
     """`open_memory` with the URL and timeouts of a MemoryConfig section."""
     return open_memory(
         run_dir, cfg.url, cfg.connect_timeout_s, busy_timeout_s=cfg.busy_timeout_s, readonly=readonly

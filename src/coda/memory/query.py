@@ -178,6 +178,8 @@ def run_readonly_query(
                 return QueryResult(columns=columns, rows=rows[:max_rows], truncated=len(rows) > max_rows)
             finally:
                 conn.rollback()
+                if conn.dialect.name == "sqlite":
+                    conn.invalidate()  # query_only stays set on the connection: keep it out of the pool
     except DBAPIError as e:
         if _is_write_refusal(e):
             raise ReadOnlyQueryError(f"coda memory sql is read-only; the database refused: {first_line(e)}") from None
