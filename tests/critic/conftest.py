@@ -42,11 +42,13 @@ class ChatServer:
 
     def __init__(self) -> None:
         self.script: deque[Reply] = deque()
+        self.default: Reply | None = None  # answered when the script is empty
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # small replies otherwise wait on delayed ACKs (~40 ms each)
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
@@ -55,7 +57,10 @@ class ChatServer:
                 body = json.loads(self.rfile.read(n) or b"{}")
                 with server._lock:
                     server.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
-                    reply = server.script.popleft() if server.script else {"status": 500, "error": "no reply scripted"}
+                    if server.script:
+                        reply = server.script.popleft()
+                    else:
+                        reply = server.default or {"status": 500, "error": "no reply scripted"}
                 if callable(reply):
                     reply = reply(body)
                 time.sleep(float(reply.get("delay", 0.0)))
