@@ -1,4 +1,9 @@
-"""Policy configuration (cheap: no torch import)."""
+"""Policy configuration (cheap: no torch import).
+
+The defaults are the benchmark size; presets (`tiny`, `quick`, `full`) shrink them. Fields that change the
+network's shape (`chunk_len`, `hidden`, `layers`, `heads`, `text_model`) form the architecture signature
+stored in checkpoints; the others only change training or inference.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +15,54 @@ from coda.config_base import Section
 
 
 class PolicyConfig(Section):
+    """The action-chunk policy: architecture, training, policy improvement and inference.
+
+    `chunk_len` (H) defaults to 8 control steps = 0.4 s at 20 Hz: long enough to commit to one motion
+    phase (fewer mode switches with a multimodal expert, fewer compounding errors), short enough that the
+    relative deltas stay small and the critic's n-step chunk targets keep a low variance.
+    """
+
     chunk_len: int = Field(8, ge=1)  # actions per predicted chunk (H)
     hidden: int = Field(128, ge=4)  # transformer width
     layers: int = Field(3, ge=1)  # transformer layers
     heads: int = Field(4, ge=1)  # attention heads
-    lr: float = Field(3e-4, gt=0)  # Adam learning rate
+    text_model: Literal["minilm", "hashing"] = "minilm"  # sentence embedder (hashing = offline test stand-in)
+    lr: float = Field(3e-4, gt=0)  # AdamW learning rate
+    lr_decay: bool = True  # cosine-decay the learning rate to 10% over each training run
+    weight_decay: float = Field(1e-4, ge=0)  # AdamW weight decay
+    grad_clip: float = Field(1.0, gt=0)  # global gradient-norm clip
     batch_size: int = Field(256, ge=1)  # training batch size
     train_steps: int = Field(3000, ge=1)  # SFT training steps
     finetune_steps: int = Field(1000, ge=1)  # training steps per engine round
+    bc_loss: Literal["l1", "mse"] = "l1"  # chunk regression loss on normalised relative actions
     gamma: float = Field(0.99, gt=0, le=1)  # per-step discount
     improvement: Literal["bc", "awr"] = "bc"  # policy improvement from chunk values (bc = plain SFT)
+    train_critic: bool = False  # learn Q(s, chunk) and V(s) alongside the actor
+    expectile: float = Field(0.7, gt=0, lt=1)  # V(s) regresses this expectile of Q(s, a) (0.5 = mean)
+    polyak: float = Field(0.005, gt=0, le=1)  # target-network update rate per step
+    awr_beta: float = Field(0.1, gt=0)  # AWR temperature: weight = exp(advantage / beta)
+    awr_max_weight: float = Field(20.0, gt=0)  # AWR weights are clipped to this
     value_guided_samples: int = Field(0, ge=0)  # candidates sampled for value-guided selection (0 = off)
+    sample_temperature: float = Field(1.0, gt=0)  # std scale when sampling candidate chunks
+    n_action_steps: int = Field(4, ge=1)  # actions executed from each chunk before re-planning
+    temporal_ensemble: float | None = Field(None, ge=0)  # ACT weight exp(-k*age); None = queue of chunks
+    seed: int = 0  # seed for batch sampling, initialisation and candidate sampling
+    log_every: int = Field(50, ge=1)  # steps between JSONL metric lines
+    checkpoint_every: int = Field(500, ge=1)  # steps between checkpoints (the last good one is kept)
     torch_threads: int = Field(2, ge=1)  # CPU threads torch may use
 
     @model_validator(mode="after")
-    def _heads_divide_hidden(self) -> "PolicyConfig":
+    def _consistent(self) -> "PolicyConfig":
         if self.hidden % self.heads:
             raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden})")
+        if self.n_action_steps > self.chunk_len:
+            raise ValueError(f"n_action_steps ({self.n_action_steps}) must not exceed chunk_len ({self.chunk_len})")
+        if self.improvement == "awr" and not self.train_critic:
+            raise ValueError("improvement 'awr' needs train_critic = true (advantages come from the critic)")
+        if self.value_guided_samples and not self.train_critic:
+            raise ValueError(
+                f"value_guided_samples ({self.value_guided_samples}) needs train_critic = true"
+            )
+        if self.value_guided_samples and self.temporal_ensemble is not None:
+            raise ValueError("value_guided_samples and temporal_ensemble cannot be combined")
         return self

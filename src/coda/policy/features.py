@@ -1,0 +1,237 @@
+"""Observations as tensors, relative action chunks, and normalisation statistics.
+
+The env contract (see `coda.sim.tabletop`): an observation is a mapping with
+
+- "proprio"      float32 (P,)   gripper position x, y, z (0:3), sin yaw (3), cos yaw (4), then the rest;
+- "objects"      float32 (M, F) one zero-padded row per entity, its position x, y, z first (0:3);
+- "object_mask"  int8 (M,)      1 for a real entity, 0 for padding;
+- "object_text"  M strings      an entity's description in words ("" for padding);
+- "instruction"  str.
+
+An action is float32 (5,): absolute end-effector target x, y, z, yaw and grip in [0, 1] (1 = open).
+The policy predicts chunks RELATIVE to the gripper pose at the chunk's first observation (deltas of x, y, z
+and yaw; grip stays absolute) because absolute-coordinate chunks do not extrapolate to unseen regions.
+P, M and F are read from the observations; only the leading layout above is fixed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from coda.policy.errors import ObservationError
+from coda.policy.text import TextEmbedder
+
+ACTION_DIM = 5  # x, y, z, yaw, grip
+PROPRIO_POS = slice(0, 3)  # gripper position in proprio
+PROPRIO_YAW_SIN, PROPRIO_YAW_COS = 3, 4  # gripper yaw as (sin, cos) in proprio
+OBJECT_POS = slice(0, 3)  # entity position in an object row
+OBS_KEYS = ("proprio", "objects", "object_mask", "object_text", "instruction")
+INPUT_STD_FLOOR = 1e-2  # constant input columns must not blow up when they vary out of distribution
+ACTION_STD_FLOOR = 1e-3
+INPUT_CLIP = 10.0  # normalised inputs are clipped to +-this (out-of-distribution colours, far positions)
+
+
+class ObsBatch(NamedTuple):
+    """A batch of observations in raw units with text already embedded."""
+
+    proprio: Tensor  # (B, P)
+    objects: Tensor  # (B, M, F)
+    object_mask: Tensor  # (B, M) bool, True = real entity
+    object_emb: Tensor  # (B, M, E) description embeddings (zeros for padding)
+    instruction_emb: Tensor  # (B, E)
+
+    def index(self, idx: Tensor) -> "ObsBatch":
+        """Rows `idx` of every field."""
+        return ObsBatch(*(t[idx] for t in self))
+
+
+@dataclass(frozen=True)
+class ObsDims:
+    """Sizes the network is built for; M (entities per scene) is free."""
+
+    proprio: int  # P
+    object_features: int  # F
+    text: int  # E
+    action: int = ACTION_DIM  # A
+
+    def as_dict(self) -> dict[str, int]:
+        return {"proprio": self.proprio, "object_features": self.object_features, "text": self.text, "action": self.action}
+
+
+def validate_obs(obs: Mapping[str, Any], where: str = "observation") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], str]:
+    """Check one observation against the contract and return its parts as arrays.
+
+    Returns:
+        (proprio (P,), objects (M, F), mask (M,) bool, object_text (M,), instruction).
+    Raises:
+        ObservationError: a key is missing or a field has the wrong shape or type (named).
+    """
+    if not isinstance(obs, Mapping):
+        raise ObservationError(f"{where} must be a mapping with keys {list(OBS_KEYS)}, got {type(obs).__name__}")
+    for k in OBS_KEYS:
+        if k not in obs:
+            raise ObservationError(f"{where} field '{k}' is missing (have {sorted(obs)})")
+    proprio = np.asarray(obs["proprio"], dtype=np.float32)
+    if proprio.ndim != 1 or proprio.shape[0] < 5:
+        raise ObservationError(f"{where} field 'proprio' must have shape (P,) with P >= 5, got {proprio.shape}")
+    objects = np.asarray(obs["objects"], dtype=np.float32)
+    mask = np.asarray(obs["object_mask"]).astype(bool)
+    text = list(obs["object_text"])
+    if objects.ndim != 2 or objects.shape[1] < 3:
+        raise ObservationError(f"{where} field 'objects' must have shape (M, F) with F >= 3, got {objects.shape}")
+    if mask.shape != (objects.shape[0],):
+        raise ObservationError(f"{where} field 'object_mask' must have shape ({objects.shape[0]},), got {mask.shape}")
+    if len(text) != objects.shape[0]:
+        raise ObservationError(f"{where} field 'object_text' must hold {objects.shape[0]} strings, got {len(text)}")
+    instruction = obs["instruction"]
+    if not isinstance(instruction, str) or not instruction:
+        raise ObservationError(f"{where} field 'instruction' must be a non-empty str, got {instruction!r}")
+    if not np.all(np.isfinite(proprio)) or not np.all(np.isfinite(objects)):
+        raise ObservationError(f"{where} fields 'proprio'/'objects' hold non-finite values")
+    return proprio, objects, mask, [str(t) for t in text], instruction
+
+
+def obs_to_batch(observations: Sequence[Mapping[str, Any]], text: TextEmbedder) -> ObsBatch:
+    """Stack env observations (any number of entities each) into an ObsBatch, padding M to the largest.
+
+    Raises:
+        ObservationError: an observation breaks the contract, or P/F differ between observations.
+    """
+    parts = [validate_obs(o, f"observation {i}") for i, o in enumerate(observations)]
+    if not parts:
+        raise ObservationError("observations must not be empty")
+    p_dim, f_dim = parts[0][0].shape[0], parts[0][1].shape[1]
+    m_max = max(1, max(p[1].shape[0] for p in parts))
+    b = len(parts)
+    proprio = np.zeros((b, p_dim), np.float32)
+    objects = np.zeros((b, m_max, f_dim), np.float32)
+    mask = np.zeros((b, m_max), bool)
+    obj_text = [""] * (b * m_max)
+    for i, (pr, ob, mk, tx, _) in enumerate(parts):
+        if pr.shape[0] != p_dim or ob.shape[1] != f_dim:
+            raise ObservationError(
+                f"observation {i} has P={pr.shape[0]}, F={ob.shape[1]} but observation 0 has P={p_dim}, F={f_dim}"
+            )
+        m = ob.shape[0]
+        proprio[i], objects[i, :m], mask[i, :m] = pr, ob, mk
+        obj_text[i * m_max : i * m_max + m] = [t if k else "" for t, k in zip(tx, mk)]
+    emb = text.encode(obj_text).reshape(b, m_max, -1)
+    instr = text.encode([p[4] for p in parts])
+    return ObsBatch(
+        torch.from_numpy(proprio),
+        torch.from_numpy(objects),
+        torch.from_numpy(mask),
+        torch.from_numpy(emb),
+        torch.from_numpy(instr),
+    )
+
+
+# ---- relative action chunks -----------------------------------------------------------------------
+
+
+def wrap_angle(x: Tensor) -> Tensor:
+    """Angles wrapped to [-pi, pi)."""
+    return torch.remainder(x + math.pi, 2 * math.pi) - math.pi
+
+
+def gripper_pose(proprio: Tensor) -> Tensor:
+    """(..., P) proprio -> (..., 4) gripper x, y, z, yaw."""
+    yaw = torch.atan2(proprio[..., PROPRIO_YAW_SIN], proprio[..., PROPRIO_YAW_COS])
+    return torch.cat([proprio[..., PROPRIO_POS], yaw.unsqueeze(-1)], dim=-1)
+
+
+def to_relative(actions: Tensor, pose: Tensor) -> Tensor:
+    """Absolute targets (..., H, A) -> deltas from `pose` (..., 4) for x, y, z, yaw; grip unchanged."""
+    p = pose.unsqueeze(-2)
+    out = actions.clone()
+    out[..., 0:3] = actions[..., 0:3] - p[..., 0:3]
+    out[..., 3] = wrap_angle(actions[..., 3] - p[..., 3])
+    return out
+
+
+def to_absolute(rel: Tensor, pose: Tensor) -> Tensor:
+    """Inverse of `to_relative`: deltas (..., H, A) + pose (..., 4) -> absolute targets, grip in [0, 1]."""
+    p = pose.unsqueeze(-2)
+    out = rel.clone()
+    out[..., 0:3] = rel[..., 0:3] + p[..., 0:3]
+    out[..., 3] = wrap_angle(rel[..., 3] + p[..., 3])
+    out[..., 4] = rel[..., 4].clamp(0.0, 1.0)
+    return out
+
+
+def relative_positions(obs: ObsBatch) -> Tensor:
+    """(B, M, 3) entity positions relative to the gripper (zeros for padding)."""
+    rel = obs.objects[..., OBJECT_POS] - obs.proprio[:, None, PROPRIO_POS]
+    return rel * obs.object_mask.unsqueeze(-1)
+
+
+# ---- normalisation ----------------------------------------------------------------------------------
+
+
+@dataclass
+class NormStats:
+    """Mean and std of the inputs and of the relative action chunks, computed from the training data."""
+
+    proprio_mean: Tensor  # (P,)
+    proprio_std: Tensor  # (P,)
+    object_mean: Tensor  # (F,)
+    object_std: Tensor  # (F,)
+    relpos_mean: Tensor  # (3,)
+    relpos_std: Tensor  # (3,)
+    action_mean: Tensor  # (H, A) per chunk step: later steps move farther
+    action_std: Tensor  # (H, A)
+
+    FIELDS = (
+        "proprio_mean", "proprio_std", "object_mean", "object_std",
+        "relpos_mean", "relpos_std", "action_mean", "action_std",
+    )
+
+    def to_dict(self) -> dict[str, Tensor]:
+        return {k: getattr(self, k).clone() for k in self.FIELDS}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Tensor]) -> "NormStats":
+        return cls(**{k: torch.as_tensor(d[k], dtype=torch.float32).clone() for k in cls.FIELDS})
+
+    @classmethod
+    def compute(cls, proprio: Tensor, objects: Tensor, mask: Tensor, actions: Tensor) -> "NormStats":
+        """Statistics over rows: proprio (N, P), objects (N, M, F) with mask (N, M), relative chunks (K, H, A).
+
+        Padded chunk steps (the episode's last action repeated) count: they are trained on as 'hold'.
+        """
+        valid = objects[mask]  # (V, F)
+        if valid.shape[0] == 0:
+            valid = torch.zeros(1, objects.shape[-1])
+        rel = (objects[..., OBJECT_POS] - proprio[:, None, PROPRIO_POS])[mask]
+        if rel.shape[0] == 0:
+            rel = torch.zeros(1, 3)
+        return cls(
+            proprio.mean(0), proprio.std(0, correction=0).clamp_min(INPUT_STD_FLOOR),
+            valid.mean(0), valid.std(0, correction=0).clamp_min(INPUT_STD_FLOOR),
+            rel.mean(0), rel.std(0, correction=0).clamp_min(INPUT_STD_FLOOR),
+            actions.mean(0), actions.std(0, correction=0).clamp_min(ACTION_STD_FLOOR),
+        )
+
+    def normalize_obs(self, obs: ObsBatch) -> tuple[Tensor, Tensor, Tensor]:
+        """(proprio (B, P), objects (B, M, F), relative positions (B, M, 3)), normalised and clipped."""
+        c = INPUT_CLIP
+        pr = ((obs.proprio - self.proprio_mean) / self.proprio_std).clamp(-c, c)
+        ob = ((obs.objects - self.object_mean) / self.object_std).clamp(-c, c)
+        rp = ((relative_positions(obs) - self.relpos_mean) / self.relpos_std).clamp(-c, c)
+        m = obs.object_mask.unsqueeze(-1)
+        return pr, ob * m, rp * m
+
+    def normalize_actions(self, rel: Tensor) -> Tensor:
+        """Relative chunk (..., H, A) -> normalised."""
+        return (rel - self.action_mean) / self.action_std
+
+    def denormalize_actions(self, z: Tensor) -> Tensor:
+        """Normalised chunk (..., H, A) -> relative."""
+        return z * self.action_std + self.action_mean

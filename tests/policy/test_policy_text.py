@@ -1,0 +1,57 @@
+"""Text embeddings: real MiniLM, the per-string cache, the on-disk cache, and the hashing stand-in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coda.policy.text import HASHING_ID, MINILM_ID, HashingTextEncoder, TextEncoderError, text_encoder_for
+
+
+def test_minilm_embeds_and_grounds_descriptions(minilm) -> None:
+    texts = ["put the small red cube in the tray", "small red cube", "large blue cylinder", ""]
+    emb = minilm.encode(texts)
+    assert emb.shape == (4, 384) and emb.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(emb[:3], axis=1), 1.0, atol=1e-5)
+    assert not emb[3].any(), "padding embeds to zeros"
+    # the instruction is closer to the object it names than to another one: grounding in one space
+    assert emb[0] @ emb[1] > emb[0] @ emb[2] + 0.1
+    assert minilm.model_id == MINILM_ID
+
+
+def test_cache_returns_identical_rows_and_counts_distinct_strings(minilm) -> None:
+    n0 = len(minilm)
+    a = minilm.encode(["a green ball", "a green ball", "a brown block"])
+    assert len(minilm) == n0 + 2
+    np.testing.assert_array_equal(a[0], a[1])
+    np.testing.assert_array_equal(minilm.encode(["a green ball"])[0], a[0])
+
+
+def test_disk_cache_round_trip_and_model_check(tmp_path: Path) -> None:
+    f = tmp_path / "text.npz"
+    enc = HashingTextEncoder(cache_file=f)
+    first = enc.encode(["pick the red cube", "blue bowl"])
+    enc.save_cache()
+    again = HashingTextEncoder(cache_file=f)
+    assert len(again) == 2
+    np.testing.assert_array_equal(again.encode(["pick the red cube", "blue bowl"]), first)
+    # a cache of another model is refused, naming both
+    from coda.policy.text import TextEncoder
+
+    with pytest.raises(TextEncoderError, match=f"holds embeddings of model '{HASHING_ID}'"):
+        TextEncoder(cache_file=f)
+    f.write_bytes(b"not an npz")
+    with pytest.raises(TextEncoderError, match="unreadable"):
+        HashingTextEncoder(cache_file=f)
+
+
+def test_hashing_is_deterministic_and_rejects_non_strings() -> None:
+    a = HashingTextEncoder().encode(["small red cube"])
+    b = HashingTextEncoder().encode(["small red cube"])
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(TextEncoderError, match=r"text 1 must be a str, got int \(3\)"):
+        HashingTextEncoder().encode(["ok", 3])  # type: ignore[list-item]
+    with pytest.raises(TextEncoderError, match="unknown text model 'bert'"):
+        text_encoder_for("bert")
