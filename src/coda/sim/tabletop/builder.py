@@ -38,6 +38,8 @@ _SPHERE = mujoco.mjtGeom.mjGEOM_SPHERE
 XYZ_KP, YAW_KP, FINGER_KP = 3000.0, 100.0, 600.0  # position-actuator gains
 XYZ_FORCE, YAW_TORQUE, FINGER_FORCE = 80.0, 10.0, 25.0  # actuator force limits (N, N m, N)
 HAND_MASS, FINGER_MASS = 1.0, 0.05  # kg
+FINGER_DAMPING = 60.0  # finger slide damping (N s/m): jaws close at ~0.4 m/s instead of slamming into objects
+OBJECT_SOLREF = (0.005, 1.0)  # stiffer than MuJoCo's default 20 ms so squeezed light objects barely sink
 
 
 class BuildError(CodaError, ValueError):
@@ -179,6 +181,7 @@ def _add_object(wb: mujoco.MjsBody, o: ObjectSpec, z: float, spec: ScenarioSpec)
     mu = o.friction * spec.physics.friction_scale
     geom.friction = [mu, 0.005, 0.001]
     geom.priority = 1  # the object's friction governs its contacts (see module docstring)
+    geom.solref = list(OBJECT_SOLREF)
     # Torsional friction steadies grasps; spheres also get rolling friction so a nudge does not roll forever.
     geom.condim = 6 if o.shape == "sphere" else 4
 
@@ -264,7 +267,7 @@ def _add_gripper(spec_: mujoco.MjSpec, wb: mujoco.MjsBody, cfg: SimConfig) -> No
         f = hand.add_body(name=f"robot/finger_{side}", gravcomp=1.0)
         f.add_joint(
             name=f"robot/finger_{side}", type=mujoco.mjtJoint.mjJNT_SLIDE, axis=[0, sign, 0], range=list(G.FINGER_RANGE),
-            limited=mujoco.mjtLimited.mjLIMITED_TRUE, armature=0.001,
+            limited=mujoco.mjtLimited.mjLIMITED_TRUE, armature=0.001, damping=FINGER_DAMPING,
         )
         f.add_geom(
             name=f"robot/finger_{side}", type=_BOX, size=list(G.FINGER_HALF), pos=[0, sign * G.FINGER_HALF[1], G.FINGER_Z],
