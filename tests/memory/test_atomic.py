@@ -1,34 +1,64 @@
-"""Phases are atomic across processes: SIGKILL mid-phase leaves whole phases only; readers never see torn state."""
+"""Phases are atomic across processes: SIGKILL mid-phase leaves whole phases only; readers never see torn state.
+
+Writers killed at chosen moments are forked (the interpreter and SQLAlchemy are already loaded, so each
+attempt starts in milliseconds); the resume runs the writer script in a fresh interpreter.
+"""
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import pytest
+from phase_writer import RUN, write_phases
 from sqlalchemy import insert
 
 from coda.memory import Scenario
 
 WRITER = Path(__file__).with_name("phase_writer.py")
-RUN = "killed-run"  # the run the writer writes
 PHASES = ("evaluate", "diagnose", "train")
 N = 6  # records per phase
-SLEEP = 0.02  # seconds between records: a phase is open ~N * SLEEP
+SLEEP = 0.02  # seconds between records: a phase stays open longer than N * SLEEP
+FORK = mp.get_context("fork")
 
 
 def all_phases(rounds: int) -> list[tuple[int, str]]:
     return [(r, p) for r in range(rounds) for p in PHASES]
 
 
-def writer_cmd(backend, rounds: int, n: int = N, sleep: float = SLEEP) -> list[str]:  # type: ignore[no-untyped-def]
-    cmd = [sys.executable, str(WRITER), str(backend.run_dir), "--rounds", str(rounds), "--n", str(n),
-           "--sleep", str(sleep), "--phases", ",".join(PHASES)]
-    return cmd + (["--url", backend.url] if backend.url else [])
+def _writer_child(events: Connection, args: tuple[Any, ...]) -> None:
+    write_phases(*args, emit=events.send)
+
+
+def fork_writer(backend, rounds: int, n: int = N, sleep: float = SLEEP) -> tuple[Any, Connection]:  # type: ignore[no-untyped-def]
+    """Start `write_phases` in a forked process; returns it and the receiving end of its progress lines."""
+    receive, send = FORK.Pipe(duplex=False)
+    proc = FORK.Process(target=_writer_child, args=(send, (str(backend.run_dir), backend.url, rounds, list(PHASES), n, sleep)))
+    proc.start()
+    send.close()
+    return proc, receive
+
+
+def receive_lines(events: Connection, until: Any, timeout: float = 60.0) -> list[str]:
+    """Progress lines until `until(lines)` holds or the writer ends."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not until(lines):
+        if not events.poll(max(0.0, deadline - time.monotonic())):
+            raise AssertionError(f"writer silent for {timeout} s after {lines}")
+        try:
+            lines.append(events.recv())
+        except EOFError:
+            break
+    return lines
 
 
 def check_invariant(view, rounds: int, n: int = N) -> list[tuple[int, str]]:  # type: ignore[no-untyped-def]
@@ -48,30 +78,27 @@ def test_sigkill_mid_phase_leaves_whole_phases_and_resume_writes_each_once(backe
     rounds = 2
     rng = random.Random(20261129)
     kills_mid_phase = 0
-    for _ in range(4):
-        proc = subprocess.Popen(writer_cmd(backend, rounds), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        lines: list[str] = []
-        begins_to_wait = rng.randint(1, 2)
-        while sum(line.startswith("begin") for line in lines) < begins_to_wait:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.strip())
-        time.sleep(rng.uniform(0.0, N * SLEEP))  # a phase stays open longer than N * SLEEP: lands inside it
-        proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate(timeout=60)
-        lines += out.split("\n")
-        assert proc.returncode in (-signal.SIGKILL, 0), err
+    done: list[tuple[int, str]] = []
+    for _ in range(5):
+        proc, events = fork_writer(backend, rounds)
+        begins = rng.randint(1, 2)  # kill during the first or the second phase this attempt opens
+        lines = receive_lines(events, lambda ls: sum(x.startswith("begin") for x in ls) >= begins or "done" in ls)
+        time.sleep(rng.uniform(0.0, N * SLEEP))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+        lines += receive_lines(events, lambda ls: False, timeout=5)  # whatever it sent before dying
+        assert proc.exitcode in (-signal.SIGKILL, 0)
         with backend.open() as mem, mem.snapshot() as view:
             done = check_invariant(view, rounds)
-        begun = [tuple(line.split()[1:]) for line in lines if line.startswith("begin")]
+        begun = [line.split()[1:] for line in lines if line.startswith("begin")]
         if begun and (int(begun[-1][0]), begun[-1][1]) not in done:
             kills_mid_phase += 1
-    assert kills_mid_phase >= 2, "the kills should interrupt open phases; the test would prove nothing otherwise"
+    assert kills_mid_phase >= 3, "the kills should interrupt open phases; the test would prove nothing otherwise"
 
     before = set(done)
-    resumed = subprocess.run(writer_cmd(backend, rounds), capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, str(WRITER), str(backend.run_dir), "--rounds", str(rounds), "--n", str(N),
+           "--sleep", "0", "--phases", ",".join(PHASES), *(["--url", backend.url] if backend.url else [])]
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     rewritten = {(int(line.split()[1]), line.split()[2]) for line in resumed.stdout.splitlines() if line.startswith("commit")}
     assert rewritten == set(all_phases(rounds)) - before  # only the missing phases, each once
@@ -81,26 +108,26 @@ def test_sigkill_mid_phase_leaves_whole_phases_and_resume_writes_each_once(backe
 
 @pytest.mark.timeout(180)
 def test_reader_polling_during_commits_never_sees_torn_state(backend) -> None:  # type: ignore[no-untyped-def]
-    rounds, n = 3, 10
+    rounds, n = 3, 8
     backend.run_dir.mkdir(parents=True)
-    proc = subprocess.Popen(writer_cmd(backend, rounds, n=n, sleep=0.01), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc, events = fork_writer(backend, rounds, n=n, sleep=0.005)
     seen: set[int] = set()
     polls = 0
     try:
-        with backend.open() as mem:  # opened concurrently with the writer: schema creation must not race
-            while proc.poll() is None:
+        with backend.open() as mem:  # opened while the writer opens it too: schema creation must not race
+            while proc.is_alive():
                 with mem.snapshot() as view:
                     seen.add(len(check_invariant(view, rounds, n)))
                 polls += 1
-                time.sleep(0.005)  # leave the writer some CPU on a two-core machine
+                time.sleep(0.002)  # leave the writer some CPU on a two-core machine
+            proc.join(30)
             with mem.snapshot() as view:
                 assert check_invariant(view, rounds, n) == all_phases(rounds)
     finally:
-        if proc.poll() is None:
+        if proc.is_alive():
             proc.kill()
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+            proc.join(30)
+    assert proc.exitcode == 0
     intermediate = seen - {0, len(all_phases(rounds))}
     assert len(intermediate) >= 2, f"the reader should observe commits in progress (saw {sorted(seen)} in {polls} polls)"
 

@@ -103,8 +103,10 @@ def test_newer_postgres_schema_is_refused_and_nothing_written(tmp_path: Path, pg
     pg_server.execute(url, "DROP TABLE verdicts")  # a newer schema could lack tables: nothing may recreate them
     with pytest.raises(SchemaVersionError, match=r"schema version 7, newer than this CoDA reads \(1\)"):
         open_memory(tmp_path, url)
-    tables = {r[0] for r in pg_server.execute(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    tables = {r[0] for r in pg_server.execute(url, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
     assert "verdicts" not in tables and "runs" in tables
+    in_public = pg_server.execute(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+    assert in_public == [(0,)]  # the URL's search_path option put the memory in the test's own schema
     assert pg_server.execute(url, "SELECT value FROM schema_meta") == [("7",)]
 
 

@@ -106,7 +106,10 @@ def build_engine(url: URL, *, connect_timeout_s: float, busy_timeout_s: float, r
     connect_args: dict[str, Any] = {"connect_timeout": max(1, math.ceil(connect_timeout_s))}
     if readonly:
         # Read-only at session level too, so that even a COMMIT inside a query cannot open a writable transaction.
-        connect_args["options"] = "-c default_transaction_read_only=on"
+        # Appended to the URL's own `options` (e.g. `-csearch_path=coda`), which connect_args would otherwise replace.
+        own = url.query.get("options")
+        own_text = " ".join(own) if isinstance(own, tuple) else (own or "")
+        connect_args["options"] = f"{own_text} -c default_transaction_read_only=on".strip()
     return create_engine(url, connect_args=connect_args, pool_pre_ping=True, pool_size=2, max_overflow=4)
 
 
