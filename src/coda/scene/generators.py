@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from coda.errors import CodaError
 from coda.scene.language import DRAWER_FRACTIONS, DRAWER_TOL, canonical_instruction, object_key
@@ -107,20 +107,38 @@ class BaseParams(BaseModel):
             raise ValueError(f"unknown drawer goal '{v}'. Available: {list(DRAWER_FRACTIONS)}")
         return v
 
-    @model_validator(mode="after")
-    def _ranges(self) -> "BaseParams":
-        lo, hi = self.n_others
-        if not 0 <= lo <= hi <= 6:
-            raise ValueError(f"n_others {self.n_others} must satisfy 0 <= lo <= hi <= 6")
-        a, b = self.target_half
-        if not GRASP_HALF[0] <= a <= b <= GRASP_HALF[1]:
-            raise ValueError(f"target_half {self.target_half} must lie within the graspable range {GRASP_HALF}")
-        a, b = self.push_half
-        if not PUSH_HALF[0] <= a <= b <= 0.1:
-            raise ValueError(f"push_half {self.push_half} must satisfy {PUSH_HALF[0]} <= low <= high <= 0.1")
-        if not self.target_shapes or not self.other_shapes or not self.container_kinds:
-            raise ValueError("target_shapes, other_shapes and container_kinds must not be empty")
-        return self
+    @field_validator("n_others")
+    @classmethod
+    def _count(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not 0 <= v[0] <= v[1] <= 6:
+            raise ValueError(f"range {tuple(v)} must satisfy 0 <= low <= high <= 6")
+        return v
+
+    @field_validator("target_half")
+    @classmethod
+    def _graspable(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not GRASP_HALF[0] <= v[0] <= v[1] <= GRASP_HALF[1]:
+            raise ValueError(f"range {tuple(v)} must lie within the graspable half widths {GRASP_HALF}")
+        return v
+
+    @field_validator("push_half")
+    @classmethod
+    def _pushable(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not PUSH_HALF[0] <= v[0] <= v[1] <= 0.1:
+            raise ValueError(f"range {tuple(v)} must satisfy {PUSH_HALF[0]} <= low <= high <= 0.1 (too wide to grasp)")
+        return v
+
+    @field_validator("target_shapes", "other_shapes", "container_kinds")
+    @classmethod
+    def _nonempty(cls, v: tuple) -> tuple:
+        if not v:
+            raise ValueError("must not be empty")
+        return v
+
+
+def validation_message(what: str, err: ValidationError) -> str:
+    """One line naming each bad field (cross-field checks name no field, so none is shown)."""
+    return format_validation_error(what, err).replace(" field '':", ":")
 
 
 def parse_params(params: BaseParams | dict[str, Any] | None) -> BaseParams:
@@ -130,7 +148,7 @@ def parse_params(params: BaseParams | dict[str, Any] | None) -> BaseParams:
     try:
         return BaseParams.model_validate(params or {})
     except ValidationError as e:
-        raise GeneratorError(format_validation_error("generator params", e)) from None
+        raise GeneratorError(validation_message("generator params", e)) from None
 
 
 # ---- sampling helpers -----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from coda.errors import CodaError
 from coda.registry import Registry
-from coda.scene.generators import GRASP_HALF, PUSH_HALF
+from coda.scene.generators import GRASP_HALF, PUSH_HALF, validation_message
 from coda.scene.language import (
     DRAWER_FRACTIONS,
     DRAWER_TOL,
@@ -47,7 +47,6 @@ from coda.scene.spec import (
     ObjectSpec,
     RegionSpec,
     ScenarioSpec,
-    format_validation_error,
 )
 
 
@@ -90,7 +89,7 @@ def parse_args(op: str, args: dict[str, Any] | None) -> BaseModel:
     try:
         return model.model_validate(args or {})
     except ValidationError as e:
-        raise OperatorError(format_validation_error(f"operator '{op}' arg", e)) from None
+        raise OperatorError(validation_message(f"operator '{op}'", e)) from None
 
 
 def apply_operator(rng: np.random.Generator, spec: ScenarioSpec, op: str, args: dict[str, Any] | BaseModel | None = None) -> ScenarioSpec:
@@ -602,7 +601,7 @@ class OpCall(BaseModel):
         try:
             OPERATORS.get(self.op).args_model.model_validate(self.args)
         except ValidationError as e:
-            raise ValueError(format_validation_error(f"operator '{self.op}' arg", e)) from None
+            raise ValueError(validation_message(f"operator '{self.op}'", e)) from None
         return self
 
 

@@ -25,10 +25,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coda.errors import CodaError
-from coda.scene.generators import GeneratorError, parse_params, sample_base
+from coda.scene.generators import GeneratorError, parse_params, sample_base, validation_message
 from coda.scene.operators import OpCall, OperatorError, apply_operator
 from coda.scene.regions import PlacementError
-from coda.scene.spec import Family, ScenarioSpec, format_validation_error
+from coda.scene.spec import Family, ScenarioSpec
 
 
 class ProgramError(CodaError, ValueError):
@@ -105,7 +105,7 @@ def load_program(data: str | bytes | dict[str, Any]) -> GenerationProgram:
     try:
         return GenerationProgram.model_validate(data)
     except ValidationError as e:
-        raise ProgramError(format_validation_error("program", e)) from None
+        raise ProgramError(validation_message("program", e)) from None
 
 
 _RETRYABLE = (PlacementError, OperatorError, GeneratorError)

@@ -149,12 +149,11 @@ class Footprint:
         """True if the rectangles come closer than `clearance` (separating-axis test on inflated shapes)."""
         if self.flat or other.flat:
             clearance = min(clearance, FLAT_CLEARANCE)
-        reach = math.hypot(self.hx, self.hy) + math.hypot(other.hx, other.hy) + clearance
-        dx, dy = other.cx - self.cx, other.cy - self.cy
-        if math.hypot(dx, dy) > reach:  # far apart: skip the exact test
-            return False
         c = clearance / 2
         ax, ay, bx, by = self.hx + c, self.hy + c, other.hx + c, other.hy + c
+        dx, dy = other.cx - self.cx, other.cy - self.cy
+        if math.hypot(dx, dy) > math.hypot(ax, ay) + math.hypot(bx, by):  # far apart: skip the exact test
+            return False
         ca, sa, cb, sb = math.cos(self.yaw), math.sin(self.yaw), math.cos(other.yaw), math.sin(other.yaw)
         # Separating-axis test: the four edge normals of the two rectangles.
         for ux, uy in ((ca, sa), (-sa, ca), (cb, sb), (-sb, cb)):
