@@ -145,3 +145,34 @@ def test_invariant_check_detects_a_torn_phase(tmp_path: Path) -> None:
             ])
         with mem.snapshot() as view, pytest.raises(AssertionError, match="round 0 phase evaluate: marker absent but 6"):
             check_invariant(view, 1)
+
+
+def _forked_use(mem, send: Connection) -> None:  # type: ignore[no-untyped-def]
+    with mem.phase(RUN, 0, "evaluate") as tx:
+        tx.add(Scenario(spec_id="from-child", spec={}, family="push"))
+    pid = None
+    if mem.backend == "postgresql":
+        with mem.engine.connect() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+    send.send((mem.count(Scenario, RUN), pid))
+
+
+def test_memory_inherited_by_a_forked_worker_uses_its_own_connection(backend) -> None:  # type: ignore[no-untyped-def]
+    with backend.open() as mem:
+        mem.create_run(RUN, config={}, seed=0, strategy="test")
+        parent_pid = None
+        if mem.backend == "postgresql":
+            with mem.engine.connect() as conn:  # leaves an idle pooled connection for the child to inherit
+                parent_pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        receive, send = FORK.Pipe(duplex=False)
+        proc = FORK.Process(target=_forked_use, args=(mem, send))
+        proc.start()
+        assert receive.poll(60), "forked worker did not answer"
+        count, child_pid = receive.recv()
+        proc.join(30)
+        assert proc.exitcode == 0 and count == 1
+        assert child_pid is None or child_pid != parent_pid
+        with pytest.raises(Exception, match="phases do not nest"):
+            with mem.phase(RUN, 0, "train"), mem.phase(RUN, 0, "measure"):
+                pass
+        assert mem.completed_phases(RUN) == [(0, "evaluate")] and mem.count(Scenario, RUN) == 1

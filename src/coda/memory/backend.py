@@ -10,13 +10,14 @@ PostgreSQL reads run in REPEATABLE READ for the same reason.
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 
 from coda.memory.errors import MemoryConnectError
 
@@ -110,7 +111,24 @@ def build_engine(url: URL, *, connect_timeout_s: float, busy_timeout_s: float, r
         own = url.query.get("options")
         own_text = " ".join(own) if isinstance(own, tuple) else (own or "")
         connect_args["options"] = f"{own_text} -c default_transaction_read_only=on".strip()
-    return create_engine(url, connect_args=connect_args, pool_pre_ping=True, pool_size=2, max_overflow=4)
+    return _guard_fork(create_engine(url, connect_args=connect_args, pool_pre_ping=True, pool_size=2, max_overflow=4))
+
+
+def _guard_fork(engine: Engine) -> Engine:
+    """Never hand a pooled connection opened in a parent process to a forked child (they would share a socket
+    or a SQLite file handle); the child opens its own instead."""
+
+    @event.listens_for(engine, "connect")
+    def _remember_pid(_dbapi_conn: Any, record: Any) -> None:
+        record.info["pid"] = os.getpid()
+
+    @event.listens_for(engine, "checkout")
+    def _check_pid(_dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        if record.info.get("pid") != os.getpid():
+            record.dbapi_connection = proxy.dbapi_connection = None
+            raise DisconnectionError(f"connection opened in process {record.info.get('pid')}, now in {os.getpid()}")
+
+    return engine
 
 
 def _sqlite_engine(url: URL, *, busy_timeout_s: float, readonly: bool) -> Engine:
@@ -134,4 +152,4 @@ def _sqlite_engine(url: URL, *, busy_timeout_s: float, readonly: bool) -> Engine
         default = "BEGIN" if readonly else "BEGIN IMMEDIATE"
         conn.exec_driver_sql(conn.get_execution_options().get(SQLITE_BEGIN_OPTION, default))
 
-    return engine
+    return _guard_fork(engine)

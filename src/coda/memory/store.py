@@ -16,6 +16,7 @@ phases without a marker. Reads (`get`, `list`, `counts`, ...) each see one consi
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import re
 from collections.abc import Iterable, Iterator
@@ -47,6 +48,7 @@ KINDS: Registry[type[Base]] = Registry("record kind")
 for _model in RECORD_KINDS:
     KINDS.register(_model.__kind__, _model)
 
+# MemoryView and Memory define a method named `list`: annotations inside them spell the type `builtins.list`.
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PHASE_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _STAMPED = ("run_id", "round", "phase")  # filled in by the phase transaction
@@ -115,7 +117,7 @@ class MemoryView:
 
     # ---- runs --------------------------------------------------------------------------------------
 
-    def runs(self) -> list[Run]:
+    def runs(self) -> builtins.list[Run]:
         """All runs, oldest first."""
         return list(self._session.scalars(select(Run).order_by(Run.created, Run.id)))
 
@@ -168,12 +170,12 @@ class MemoryView:
     def list(
         self, kind: type[R], run_id: str | None = ..., round_idx: int | None = ..., *, limit: int | None = ...,
         **filters: Any,
-    ) -> list[R]: ...
+    ) -> builtins.list[R]: ...
     @overload
     def list(
         self, kind: str, run_id: str | None = ..., round_idx: int | None = ..., *, limit: int | None = ...,
         **filters: Any,
-    ) -> list[Base]: ...
+    ) -> builtins.list[Base]: ...
     def list(
         self,
         kind: str | type[Base],
@@ -182,7 +184,7 @@ class MemoryView:
         *,
         limit: int | None = None,
         **filters: Any,
-    ) -> list[Any]:
+    ) -> builtins.list[Any]:
         """Records of one kind, in insertion (id) order, optionally of one run / round / field values.
 
         Args:
@@ -227,7 +229,7 @@ class MemoryView:
 
     # ---- phases ------------------------------------------------------------------------------------
 
-    def completed_phases(self, run_id: str) -> list[tuple[int, str]]:
+    def completed_phases(self, run_id: str) -> builtins.list[tuple[int, str]]:
         """`(round, phase)` of every committed phase of the run, in commit order."""
         stmt = select(PhaseMarker.round, PhaseMarker.phase).where(PhaseMarker.run_id == run_id).order_by(PhaseMarker.id)
         return [(int(r), str(p)) for r, p in self._session.execute(stmt)]
@@ -308,7 +310,7 @@ class PhaseTx(MemoryView):
                 raise DuplicateRecordError(f"cannot add {kind} {record.natural_key()}: {first_line(e)}") from e
         return record
 
-    def add_all(self, records: Iterable[R], *, exist_ok: bool = False) -> list[R]:
+    def add_all(self, records: Iterable[R], *, exist_ok: bool = False) -> builtins.list[R]:
         """`add` each record in order; returns them with ids set."""
         return [self.add(r, exist_ok=exist_ok) for r in records]
 
@@ -355,6 +357,7 @@ class Memory:
         self.run_dir = run_dir
         self.readonly = readonly
         self.artifacts = ArtifactStore(run_dir)
+        self._open_phase: str | None = None  # the phase now open through this handle, if any
 
     def __repr__(self) -> str:
         return f"Memory({self.url!r})"
@@ -388,7 +391,7 @@ class Memory:
             with db_errors(self.url, "reading"):
                 yield MemoryView(session, self.url)
 
-    def runs(self) -> list[Run]:
+    def runs(self) -> builtins.list[Run]:
         """All runs, oldest first."""
         with self.snapshot() as v:
             return v.runs()
@@ -415,7 +418,7 @@ class Memory:
         *,
         limit: int | None = None,
         **filters: Any,
-    ) -> list[Any]:
+    ) -> builtins.list[Any]:
         """Records of one kind; see MemoryView.list."""
         with self.snapshot() as v:
             return v.list(kind, run_id, round_idx, limit=limit, **filters)
@@ -430,7 +433,7 @@ class Memory:
         with self.snapshot() as v:
             return v.counts(run_id, round_idx)
 
-    def completed_phases(self, run_id: str) -> list[tuple[int, str]]:
+    def completed_phases(self, run_id: str) -> builtins.list[tuple[int, str]]:
         """`(round, phase)` of every committed phase of the run, in commit order."""
         with self.snapshot() as v:
             return v.completed_phases(run_id)
@@ -514,9 +517,13 @@ class Memory:
         check_run_id(run_id)
         _check_round(round_idx)
         _check_phase(phase)
+        if self._open_phase is not None:
+            # On SQLite a second writer would wait for the first one's lock until the busy timeout: say why now.
+            raise MemoryStoreError(f"phase '{phase}' of round {round_idx} opened inside {self._open_phase}; phases do not nest")
         started = utcnow()
         session = Session(self._engine, expire_on_commit=False)
         tx = PhaseTx(session, self.url, run_id, round_idx, phase)
+        self._open_phase = f"phase '{phase}' of round {round_idx}"
         try:
             with db_errors(self.url, f"opening phase '{phase}' of round {round_idx}"):
                 tx.get_run(run_id)
@@ -543,5 +550,6 @@ class Memory:
             raise
         finally:
             tx._open = False
+            self._open_phase = None
             session.close()
 
