@@ -68,7 +68,7 @@ class TabletopState:
         if i is None:
             raise PredicateError(f"no entity named '{name}' in the state (have {list(self.names)})")
         if kind is not None and self.kinds[i] != kind:
-            raise PredicateError(f"entity '{name}' is a {self.kinds[i]}, not a {kind}")
+            raise PredicateError(f"entity '{name}' is of kind '{self.kinds[i]}', expected kind '{kind}'")
         return i
 
     def yaw(self, name: str) -> float:
