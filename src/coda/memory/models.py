@@ -40,10 +40,6 @@ KEY_LEN = 256
 PATH_LEN = 1024
 
 
-# Columns shown first in a record's dict; the rest follow in declaration order.
-_LEADING = {"id": 0, "run_id": 1, "round": 2, "phase": 3}
-
-
 class UTCDateTime(TypeDecorator[dt.datetime]):
     """A timezone-aware UTC timestamp on every backend (SQLite has no time zones: store naive UTC)."""
 
@@ -74,11 +70,13 @@ class Base(DeclarativeBase):
     __kind__: ClassVar[str]  # the record kind's public name ("episode", "failure_mode", ...)
     __natural_key__: ClassVar[tuple[str, ...]]  # attributes that identify the record besides its id
 
+    if TYPE_CHECKING:  # every table has an `id` (an int; a run's is its name)
+        id: Any
+
     def to_dict(self) -> dict[str, Any]:
         """The record's columns as a JSON-ready mapping (timestamps as ISO 8601 strings)."""
         out: dict[str, Any] = {}
-        cols = sorted(self.__table__.columns, key=lambda c: _LEADING.get(c.key, len(_LEADING)))
-        for col in cols:
+        for col in self.__table__.columns:
             value = getattr(self, col.key)
             out[col.key] = value.isoformat() if isinstance(value, dt.datetime) else value
         return out
@@ -92,17 +90,14 @@ class Base(DeclarativeBase):
         return f"{type(self).__name__}({keys})"
 
 
-def _run_fk() -> Mapped[str]:
-    return mapped_column(String(NAME_LEN), ForeignKey("runs.id"), nullable=False)
-
-
 class RecordMixin:
     """Columns every record (except the run itself) carries: id, run, round and the phase that wrote it."""
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(String(NAME_LEN), ForeignKey("runs.id"), nullable=False)
-    round: Mapped[int] = mapped_column(Integer, nullable=False)  # round that wrote the record
-    phase: Mapped[str] = mapped_column(String(NAME_LEN), nullable=False)  # phase that wrote the record
+    # sort_order: these lead every table, so `SELECT *` shows id, run_id, round, phase first.
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True, sort_order=-4)
+    run_id: Mapped[str] = mapped_column(String(NAME_LEN), ForeignKey("runs.id"), nullable=False, sort_order=-3)
+    round: Mapped[int] = mapped_column(Integer, nullable=False, sort_order=-2)  # round that wrote the record
+    phase: Mapped[str] = mapped_column(String(NAME_LEN), nullable=False, sort_order=-1)  # phase that wrote it
 
 
 class Run(Base):
@@ -129,7 +124,7 @@ class PhaseMarker(Base):
     __table_args__ = (UniqueConstraint("run_id", "round", "phase", name="uq_phases_key"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = _run_fk()
+    run_id: Mapped[str] = mapped_column(String(NAME_LEN), ForeignKey("runs.id"), nullable=False)
     round: Mapped[int] = mapped_column(Integer, nullable=False)
     phase: Mapped[str] = mapped_column(String(NAME_LEN), nullable=False)  # evaluate, diagnose, ...
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
@@ -238,7 +233,7 @@ class Episode(RecordMixin, Base):
         UniqueConstraint("run_id", "round", "phase", "scenario_id", "policy", "seed", name="uq_episodes_key"),
     )
 
-    scenario_id: Mapped[int] = mapped_column(ForeignKey("scenarios.id"), nullable=False)
+    scenario_id: Mapped[int] = mapped_column(ForeignKey("scenarios.id"), nullable=False, index=True)
     policy: Mapped[str] = mapped_column(String(NAME_LEN), nullable=False)  # "policy", "expert", "sft", ...
     checkpoint_id: Mapped[int | None] = mapped_column(ForeignKey("checkpoints.id"), nullable=True)
     seed: Mapped[int] = mapped_column(Integer, nullable=False, default=0)  # rollout seed
@@ -277,7 +272,7 @@ class Diagnosis(RecordMixin, Base):
     __natural_key__ = ("run_id", "round", "episode_id", "critic")
     __table_args__ = (UniqueConstraint("run_id", "round", "episode_id", "critic", name="uq_diagnoses_key"),)
 
-    episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"), nullable=False)
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"), nullable=False, index=True)
     critic: Mapped[str] = mapped_column(String(NAME_LEN), nullable=False)  # registered critic name
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # parsed Diagnosis; None if malformed
     raw: Mapped[str | None] = mapped_column(Text, nullable=True)  # the critic's raw answer
@@ -294,7 +289,7 @@ class Verdict(RecordMixin, Base):
     __natural_key__ = ("run_id", "round", "diagnosis_id")
     __table_args__ = (UniqueConstraint("run_id", "round", "diagnosis_id", name="uq_verdicts_key"),)
 
-    diagnosis_id: Mapped[int] = mapped_column(ForeignKey("diagnoses.id"), nullable=False)
+    diagnosis_id: Mapped[int] = mapped_column(ForeignKey("diagnoses.id"), nullable=False, index=True)
     checks: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)  # check name -> result
     passed: Mapped[bool] = mapped_column(Boolean, nullable=False)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # first failed check, in words

@@ -48,7 +48,6 @@ KINDS: Registry[type[Base]] = Registry("record kind")
 for _model in RECORD_KINDS:
     KINDS.register(_model.__kind__, _model)
 
-# MemoryView and Memory define a method named `list`: annotations inside them spell the type `builtins.list`.
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PHASE_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _STAMPED = ("run_id", "round", "phase")  # filled in by the phase transaction
@@ -108,6 +107,7 @@ def db_errors(where: str, action: str) -> Iterator[None]:
         raise MemoryStoreError(f"memory {where}: {action} failed: {first_line(e)}") from e
 
 
+# MemoryView and Memory define a method named `list`: annotations inside them spell the type `builtins.list`.
 class MemoryView:
     """Reads against one session: a consistent snapshot, or the open transaction of a phase."""
 
