@@ -168,11 +168,18 @@ def _vlm(cfg: CriticConfig) -> Critic:
     return VLMCritic(cfg)
 
 
+def _privileged(cfg: CriticConfig) -> Critic:
+    from coda.critic.privileged import PrivilegedCritic  # lazy: the simulator's predicates import MuJoCo
+
+    return PrivilegedCritic()
+
+
 def _noisy(cfg: CriticConfig) -> Critic:
     from coda.critic.noisy import NoisyCritic
 
     return NoisyCritic(make_critic(cfg, cfg.noisy_base), rate=cfg.noise, seed=cfg.noise_seed)
 
 
+CRITICS.register("privileged", _privileged)
 CRITICS.register("vlm", _vlm)
 CRITICS.register("noisy", _noisy)
