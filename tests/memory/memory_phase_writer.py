@@ -1,6 +1,6 @@
 """Writer of the atomicity tests: phases of N scenario records each, skipping phases already committed.
 
-    python phase_writer.py RUN_DIR [--url URL] [--rounds R] [--phases a,b] [--n N] [--sleep S]
+    python memory_phase_writer.py RUN_DIR [--url URL] [--rounds R] [--phases a,b] [--n N] [--sleep S]
 
 Prints `ready`, then `begin R PHASE` / `commit R PHASE` around each phase it writes, then `done`. The tests
 also call `write_phases` in a forked process (no interpreter start-up) to kill it at chosen moments.

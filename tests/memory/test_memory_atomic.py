@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from phase_writer import RUN, write_phases
+from memory_phase_writer import RUN, write_phases
 from sqlalchemy import insert
 
 from coda.memory import Scenario
 
-WRITER = Path(__file__).with_name("phase_writer.py")
+WRITER = Path(__file__).with_name("memory_phase_writer.py")
 PHASES = ("evaluate", "diagnose", "train")
 N = 6  # records per phase
 SLEEP = 0.02  # seconds between records: a phase stays open longer than N * SLEEP

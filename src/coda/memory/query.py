@@ -162,7 +162,7 @@ def run_readonly_query(
     unused = sorted(set(params) - wanted)
     if unused:
         raise QueryError(f"--param '{unused[0]}' is not used by the statement (placeholders: {sorted(wanted)})")
-    engine = memory._read_engine  # snapshot-isolated, read-only options (see Memory)
+    engine = memory.read_engine
     try:
         with engine.connect() as conn:
             try:

@@ -377,6 +377,11 @@ class Memory:
         """The SQLAlchemy engine (for tools; records should go through `phase`)."""
         return self._engine
 
+    @property
+    def read_engine(self) -> Engine:
+        """The engine with the read options: one snapshot per transaction, read-only on PostgreSQL."""
+        return self._read_engine
+
     def _writable(self) -> None:
         if self.readonly:
             raise MemoryStoreError(f"memory {self.url} is open read-only")
