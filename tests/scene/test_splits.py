@@ -19,12 +19,13 @@ from coda.scene.splits import (
     SPLITS,
     SPLITS_VERSION,
     SplitError,
+    build_split,
     make_split,
     read_split,
     write_split,
 )
 
-N = 6
+N = 4
 DIGESTS = Path(__file__).with_name("split_digests.json")
 
 
@@ -180,3 +181,17 @@ def test_bad_split_files_fail_on_one_line(tmp_path: Path, edit, err, pattern) ->
     with pytest.raises(err, match=pattern) as e:
         read_split(_file(tmp_path, edit))
     assert "\n" not in str(e.value)
+
+
+def test_build_split_reports_rejections_with_reasons() -> None:
+    def strict(spec):  # noqa: ANN001, ANN202 - reject every scene whose target starts left of y = 0.16
+        y = spec.object(spec.goal[0].args[0]).pos[1]
+        return (y >= 0.16, "" if y >= 0.16 else "too_far_right", {"y": y})
+
+    result = build_split("stack", "sft", 3, seed=0, check=strict, max_candidates=40)
+    assert len(result.valid) == 3 and result.rejected
+    assert result.reasons() == {"too_far_right": len(result.rejected)}
+    assert all(s.object(s.goal[0].args[0]).pos[1] >= 0.16 for s in result.valid)
+    # judged in candidate order: the valid ones are the first three passing scenes of the stream
+    stream = make_split("stack", "sft", len(result.valid) + len(result.rejected), seed=0)
+    assert [s for s in stream if strict(s)[0]][:3] == result.valid

@@ -5,7 +5,8 @@ early (the simulator's `check_validity` remains the judge). It reports:
 
 - an entity whose footprint leaves the table (with margin);
 - two entities closer than `MIN_GAP` (fingers need room around a grasped object);
-- a push whose straight path — from behind the object to the goal region's centre — is blocked;
+- a push whose straight path — from behind the object to the goal region's centre — is blocked or
+  leaves the workspace;
 - a goal already satisfied at the start (push object inside its region).
 """
 
@@ -64,6 +65,8 @@ def layout_problems(spec: ScenarioSpec, *, min_gap: float = MIN_GAP) -> list[str
             if fps[a].conflicts(fps[b], min_gap):
                 problems.append(f"'{a}' and '{b}' are closer than {min_gap} m")
     for allowed, strip in corridors(spec):
+        if not inside_table(strip, margin=0.0):  # the gripper must reach the push start behind the object
+            problems.append(f"the push path of '{allowed[0]}' leaves the workspace")
         for n, fp in fps.items():
             if n not in allowed and isinstance(spec.entity(n), ObjectSpec) and strip.conflicts(fp, 0.01):
                 problems.append(f"'{n}' blocks the push path of '{allowed[0]}'")

@@ -234,10 +234,10 @@ Check = Callable[[ScenarioSpec], tuple[bool, str, dict[str, Any]]]
 
 def sim_check(spec: ScenarioSpec, expert: bool = True) -> tuple[bool, str, dict[str, Any]]:
     """The tabletop simulator's validity check as (valid, reason, details)."""
-    from coda.sim.tabletop import check_validity
+    from coda.sim.tabletop.validity import check_validity
 
     r = check_validity(spec, expert=expert)
-    return bool(r.valid), str(r.reason), dict(r.details or {})
+    return bool(r.valid), r.reason or "", dict(r.details or {})
 
 
 def build_split(
