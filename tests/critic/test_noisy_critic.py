@@ -57,16 +57,16 @@ def test_rate_zero_and_one(vlm, make_episode) -> None:
 
 
 def test_fraction_is_seeded_and_independent_of_order(vlm, make_episode) -> None:
-    ids = [f"episode-{i}" for i in range(100)]
+    ids = [f"episode-{i}" for i in range(60)]
     a = NoisyCritic(vlm, rate=0.3, seed=11)
     run(a, make_episode, ids)
     b = NoisyCritic(vlm, rate=0.3, seed=11)
     run(b, make_episode, list(reversed(ids)))
     c = NoisyCritic(vlm, rate=0.3, seed=12)
-    run(c, make_episode, ids[:40])
+    run(c, make_episode, ids[:20])
     assert a.corruptions == b.corruptions
-    assert {i for i in a.corruptions if i in ids[:40]} != set(c.corruptions)
-    assert 0.15 <= len(a.corruptions) / len(ids) <= 0.45  # binomial(100, 0.3): mean 30, sd 4.6
+    assert {i for i in a.corruptions if i in ids[:20]} != set(c.corruptions)
+    assert 0.1 <= len(a.corruptions) / len(ids) <= 0.5  # binomial(60, 0.3): mean 18, sd 3.5
 
 
 def test_rejections_pass_through(chat_server, make_episode) -> None:

@@ -1,0 +1,486 @@
+"""Verification: a diagnosis is accepted only after checks that do not trust the critic.
+
+`Verifier.check(diagnosis, episode, policy_success=..., base_scenes=...) -> Verdict` runs three checks:
+
+(a) **consistency** — the diagnosis agrees with the simulator's predicates over the episode's trace: the
+    episode failed; the claimed stage was reached (and not far exceeded); the failure mode's evidence is in
+    the trace (missed_grasp: the jaws shut next to the target and it was never grasped; wrong_object:
+    another object was grasped and is implicated; slip: the target left closed jaws; premature_release /
+    imprecise_placement: the target was released far from / near the destination; wrong_target: it rests
+    in another entity; knocked_over: an object tipped; collision: the fingers touched a non-goal entity or
+    moved one; no_progress: the target was hardly advanced; detour: the gripper travelled far;
+    drawer_not_operated: a drawer goal is unmet); the entity the mode is about is implicated.
+(b) **counterfactual** — for each implicated factor: K base scenes of the same family that the policy
+    solves, each with only that factor applied by scene operators (`factor_ops`), must fail at a rate at
+    least `margin` above the base scenes' own failure rate (re-measured). Factors that pass are the
+    diagnosis's *verified factors*; the check passes if at least one does.
+(c) **potential** — the diagnosis's stage plan compiles (Text2potential) on the scene, and along scripted
+    expert demonstrations of the same scene Φ rises (Spearman rank correlation with time ≥
+    `min_rank_corr`) and peaks, at 1, at success.
+
+A verdict is accepted when every required check passed; a check that could not run (no policy given, no
+solvable base scene) counts as not passed. Rejected diagnoses keep their verdict with the reasons.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from coda.critic.base import EpisodeRecord
+from coda.critic.config import CriticConfig
+from coda.critic.diagnosis import CriticResult, Diagnosis, SceneFactor
+from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS
+from coda.critic.trace import MOVED, TraceFacts, trace_facts
+from coda.errors import CodaError
+from coda.scene.spec import PALETTE, ScenarioSpec
+from coda.shaping.config import ShapingConfig
+from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time, try_parse_plan
+
+VERDICT_SCHEMA_VERSION = 1
+CheckName = Literal["consistency", "counterfactual", "potential"]
+CHECKS: tuple[CheckName, ...] = ("consistency", "counterfactual", "potential")
+PolicySuccess = Callable[[ScenarioSpec], bool]
+
+
+class VerifyError(CodaError, ValueError):
+    """The verifier was asked something it cannot do (unknown check name, ...)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CheckResult(_Frozen):
+    """One check of a verdict."""
+
+    name: CheckName
+    status: Literal["passed", "failed", "not_run"]
+    reason: str  # one line: why it passed / failed / did not run
+    details: dict[str, float | int | str | bool | None] = Field(default_factory=dict)  # measured numbers
+
+
+class FactorTrial(_Frozen):
+    """The counterfactual test of one implicated factor."""
+
+    factor: SceneFactor
+    ops: tuple[dict[str, Any], ...] = ()  # operator calls that apply it ({"op": ..., "args": {...}})
+    n: int = 0  # derived scenes evaluated
+    base_failure_rate: float | None = None
+    factor_failure_rate: float | None = None
+    reproduced: bool = False
+    error: str = ""  # why the factor could not be applied, if it could not
+
+
+class Verdict(_Frozen):
+    """Whether a diagnosis is accepted, with every check's result."""
+
+    schema_version: int = VERDICT_SCHEMA_VERSION
+    record: Literal["verdict"] = "verdict"
+    episode_id: str | None
+    critic: str
+    failure_mode: str | None  # None when the critic's answer itself was rejected
+    accepted: bool
+    checks: tuple[CheckResult, ...]
+    trials: tuple[FactorTrial, ...] = ()
+    verified_factors: tuple[SceneFactor, ...] = ()  # factors whose counterfactual reproduced the failure
+    reasons: tuple[str, ...] = ()  # why it was rejected (empty when accepted)
+
+    def check(self, name: CheckName) -> CheckResult | None:
+        """The result of one check, if it is part of the verdict."""
+        return next((c for c in self.checks if c.name == name), None)
+
+
+# ---- (a) consistency ---------------------------------------------------------------------------------
+
+
+def _stage_index(kind: str, kinds: tuple[str, ...]) -> int | None:
+    if kind == "none":
+        return 0
+    return kinds.index(kind) + 1 if kind in kinds else None
+
+
+def _mode_evidence(d: Diagnosis, f: TraceFacts) -> str | None:
+    """None if the trace shows the failure mode's evidence, else what is missing."""
+    mode, t, dest, W = d.failure_mode, f.target, f.destination, f.words
+    objects = {o.name for o in f.spec.objects}
+    if f.drawer is not None:
+        a, b, lo, hi = f.drawer_fractions or (0.0, 0.0, 0.0, 0.0)
+        if mode == "missed_grasp":
+            if f.grasped.get(f.drawer, 0):
+                return f"{W(f.drawer)} was grasped for {f.grasped[f.drawer]} steps"
+            return None if f.drawer in f.closed_near else f"the jaws never shut at the handle of {W(f.drawer)}"
+        if mode == "drawer_not_operated":
+            return None
+        if mode == "knocked_over":
+            return None if f.tilted else "no object tipped over"
+        if mode in ("no_progress", "detour", "collision"):
+            return _generic(mode, f)
+        return f"'{mode}' does not apply to a drawer goal"
+    assert t is not None and dest is not None
+    held = f.grasped.get(t, 0)
+    others = [n for n, c in f.grasped.items() if n in objects and n not in (t, dest) and c >= MIN_GRASP_STEPS]
+    pushed = [n for n, m in f.moved.items() if n not in (t, dest) and m >= MOVED and n in f.touched]
+    if mode == "missed_grasp":
+        if held:
+            return f"the target {W(t)} was grasped for {held} steps"
+        return None if t in f.closed_near else f"the jaws never shut next to the target {W(t)}"
+    if mode == "wrong_object":
+        wrong = others or (pushed if f.spec.goal[0].name == "at_region" else [])
+        if not wrong:
+            return "no object other than the target was grasped or pushed"
+        return None if set(wrong) & set(d.objects) else f"the object(s) it went for, {wrong}, are not implicated"
+    if mode == "slip_during_transport":
+        return None if any(not r.commanded for r in f.releases) else "the target never left closed jaws"
+    if mode == "premature_release":
+        far = [r for r in f.releases if r.commanded and not r.over_destination and r.dist > IMPRECISE_DIST]
+        return None if far else f"the target was never released more than {IMPRECISE_DIST} m from the destination"
+    if mode == "imprecise_placement":
+        near = [r for r in f.releases if r.over_destination or r.dist <= IMPRECISE_DIST]
+        held_over = f.max_stage >= len(f.stage_kinds) - 1
+        pushed_near = f.spec.goal[0].name == "at_region" and (f.end_dist or 1.0) <= IMPRECISE_DIST
+        return None if near or held_over or pushed_near else "the target was never released or pushed near the destination"
+    if mode == "wrong_target":
+        if f.rests_in is not None and f.rests_in != dest:
+            return None
+        return "the target does not rest in, on or at another entity at the end"
+    if mode == "knocked_over":
+        return None if f.tilted else "no object tipped over"
+    if mode in ("no_progress", "detour", "collision"):
+        return _generic(mode, f)
+    if mode == "drawer_not_operated":
+        return "the goal is not a drawer goal"
+    return None  # "other" makes no claim a predicate can test
+
+
+def _generic(mode: str, f: TraceFacts) -> str | None:
+    main = f.target or f.drawer or ""
+    if mode == "collision":
+        bumped = f.touched - {f.target, f.destination, f.drawer}
+        moved = [n for n, m in f.moved.items() if n != f.target and m >= MOVED and f.grasped.get(n, 0) == 0]
+        return None if bumped or moved or f.tilted else "the fingers touched and moved nothing outside the goal"
+    if mode == "detour":
+        need = 0.75 * DETOUR_PATH
+        return None if f.gripper_path >= need else f"the gripper travelled {f.gripper_path:.2f} m (< {need:.2f} m)"
+    # no_progress: the task was hardly advanced
+    if f.drawer is not None:
+        a, b, lo, hi = f.drawer_fractions or (0.0, 0.0, 0.0, 0.0)
+        return None if hi - lo < 0.1 else f"the drawer moved over {hi - lo:.2f} of its travel"
+    if main in f.lifted or f.moved.get(main, 0.0) >= 2 * MOVED:
+        return f"the target {f.words(main)} was lifted or moved {f.moved.get(main, 0.0):.2f} m"
+    return None
+
+
+def _central(d: Diagnosis, f: TraceFacts) -> str | None:
+    """The entity a mode is about must be implicated."""
+    main = f.drawer or f.target
+    about_main = ("missed_grasp", "slip_during_transport", "premature_release", "imprecise_placement",
+                  "wrong_target", "drawer_not_operated")
+    if d.failure_mode in about_main and main not in d.objects:
+        return f"'{d.failure_mode}' is about {f.words(main or '')}, which the diagnosis does not implicate"
+    return None
+
+
+def check_consistency(d: Diagnosis, f: TraceFacts, stage_slack: int = 1) -> CheckResult:
+    """Check (a): the diagnosis against the trace's predicates (see the module docstring)."""
+    details: dict[str, Any] = {"max_stage": f.max_stage, "stage_reached": f.stage_reached}
+    if f.success:
+        return CheckResult(name="consistency", status="failed", reason="the episode succeeded", details=details)
+    claimed = _stage_index(d.stage_reached, f.stage_kinds)
+    if claimed is None:
+        why = f"stage_reached '{d.stage_reached}' is not a stage of this task ({', '.join(f.stage_kinds)})"
+        return CheckResult(name="consistency", status="failed", reason=why, details=details)
+    if claimed > f.max_stage:
+        why = f"stage_reached '{d.stage_reached}' was never reached (furthest: '{f.stage_reached}')"
+        return CheckResult(name="consistency", status="failed", reason=why, details=details)
+    if claimed < f.max_stage - stage_slack:
+        why = f"stage_reached '{d.stage_reached}' falls {f.max_stage - claimed} stages short of '{f.stage_reached}'"
+        return CheckResult(name="consistency", status="failed", reason=why, details=details)
+    for problem in (_mode_evidence(d, f), _central(d, f)):
+        if problem:
+            return CheckResult(name="consistency", status="failed", reason=f"{d.failure_mode}: {problem}", details=details)
+    return CheckResult(name="consistency", status="passed", reason=f"the trace shows {d.failure_mode}", details=details)
+
+
+# ---- (b) counterfactual ------------------------------------------------------------------------------
+
+
+def _role(name: str | None, spec: ScenarioSpec) -> str:
+    """A role reference that carries over to other scenes (entity names do not)."""
+    g = spec.goal[0]
+    if name is None or name == g.args[0]:
+        return "target"
+    if len(g.args) > 1 and name == g.args[1]:
+        return "goal"
+    goal = {a for x in spec.goal for a in x.args}
+    if any(name == e.name for e in (*spec.containers, *spec.regions)) and name not in goal:
+        return "alt"
+    return "other"
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[dict[str, Any]]:
+    """Scene-operator calls that apply one factor to *another* scene of the family (entities by role).
+
+    Raises:
+        VerifyError: the factor's value cannot be expressed with the registered operators.
+    """
+    from coda.scene.regions import REGIONS
+
+    ref = _role(f.entity, spec)
+    if f.kind in ("position", "region"):
+        if f.value == "robot_start":
+            return [{"op": "move_robot_start", "args": {}}]
+        if f.value not in REGIONS:
+            raise VerifyError(f"factor {f.kind} value {f.value!r} is not a named region ({sorted(REGIONS)})")
+        return [{"op": "place_in_region", "args": {"object": ref, "region": f.value}}]
+    if f.kind == "instruction":
+        return [{"op": "paraphrase", "args": {"tier": tier, "p_synonym": 1.0}}]
+    if f.kind == "distractor":
+        return [{"op": "add_distractors", "args": {"n": 1, "kind": "lookalike", "region": "near_target"}}]
+    if f.kind == "object_attribute":
+        attr, _, val = f.value.partition("=")
+        attr, val = attr.strip().lower(), val.strip().lower()
+        if attr in ("color", "colour"):
+            return [{"op": "recolor", "args": {"object": ref, "colors": [val] if val in PALETTE else None}}]
+        if attr == "size":
+            scale = {"large": (1.15, 1.4), "small": (0.7, 0.9)}.get(val, (0.7, 1.4))
+            return [{"op": "resize", "args": {"object": ref, "scale": scale}}]
+        if attr == "shape":
+            shapes = [val] if val in ("box", "cylinder", "sphere") else ["box", "cylinder", "sphere"]
+            return [{"op": "reshape", "args": {"object": ref, "shapes": shapes}}]
+        raise VerifyError(f"factor object_attribute value {f.value!r}: attribute must be color, size or shape")
+    # physics
+    name, _, num = f.value.partition("=")
+    v = _num(num.strip())
+    key = name.strip().lower().removesuffix("_scale")
+    if key in ("friction", "mass"):
+        rng = (v * 0.9, v * 1.1) if v and v > 0 else ({"friction": (0.3, 0.5), "mass": (2.0, 4.0)}[key])
+        return [{"op": "scale_physics", "args": {key: rng}}]
+    if key == "damping":
+        return [{"op": "scale_physics", "args": {"damping": (2.0, 4.0)}}]
+    raise VerifyError(f"factor physics value {f.value!r}: expected friction_scale=x, mass_scale=x or damping")
+
+
+def _seed(seed: int, episode_id: str | None) -> list[int]:
+    h = hashlib.sha256((episode_id or "").encode()).digest()
+    return [seed & 0xFFFFFFFF, int.from_bytes(h[:8], "little")]
+
+
+# ---- the verifier ------------------------------------------------------------------------------------
+
+
+class Verifier:
+    """Runs checks (a)-(c) on diagnoses (see the module docstring).
+
+    Args:
+        cfg: critic config (counterfactual_k, counterfactual_margin, counterfactual_tier, stage_slack,
+            verify_demos, demo_steps).
+        shaping: shaping config (min_rank_corr for check c).
+        require: the checks a verdict needs to pass.
+        env_factory: builds the simulator env for expert demonstrations (default: a TabletopEnv).
+        predicates: predicate module (default: the tabletop simulator's).
+        seed: seed of the counterfactual scene edits and demo perturbations.
+
+    Raises:
+        VerifyError: an unknown check name in `require`.
+    """
+
+    def __init__(
+        self,
+        cfg: CriticConfig | None = None,
+        shaping: ShapingConfig | None = None,
+        *,
+        require: Sequence[str] = CHECKS,
+        env_factory: Callable[[], Any] | None = None,
+        predicates: Any = None,
+        seed: int = 0,
+    ) -> None:
+        bad = [r for r in require if r not in CHECKS]
+        if bad:
+            raise VerifyError(f"unknown check(s) {bad} in require. Available: {list(CHECKS)}")
+        self.cfg = cfg or CriticConfig()
+        self.shaping = shaping or ShapingConfig()
+        self.require = tuple(require)
+        self.env_factory = env_factory
+        self.predicates = predicates
+        self.seed = seed
+        self._env: Any = None
+        self._demos: dict[str, list[Any]] = {}
+
+    # -- public ---------------------------------------------------------------------------------------
+
+    def check(
+        self,
+        diagnosis: CriticResult,
+        episode: EpisodeRecord,
+        *,
+        policy_success: PolicySuccess | None = None,
+        base_scenes: Sequence[ScenarioSpec] = (),
+    ) -> Verdict:
+        """Verify one diagnosis of `episode`. Never raises on a wrong diagnosis: the verdict says why.
+
+        Args:
+            diagnosis: the critic's result (a DiagnosisRejected gives a rejected verdict).
+            episode: the episode it diagnoses (its state trace is needed for check a).
+            policy_success: runs the current policy on a scene and says whether it succeeded (check b).
+            base_scenes: candidate base scenes for check b (same family as the episode; others are skipped).
+        """
+        if not isinstance(diagnosis, Diagnosis):
+            reason = f"the critic's answer was rejected: {diagnosis.reason}"
+            return Verdict(episode_id=episode.episode_id, critic=diagnosis.critic, failure_mode=None, accepted=False,
+                           checks=(), reasons=(reason,))
+        checks: list[CheckResult] = []
+        trials: tuple[FactorTrial, ...] = ()
+        if "consistency" in self.require:
+            if episode.states:
+                facts = trace_facts(episode.states, episode.spec, self.predicates)
+                checks.append(check_consistency(diagnosis, facts, self.cfg.stage_slack))
+            else:
+                checks.append(CheckResult(name="consistency", status="not_run", reason="the episode has no state trace"))
+        if "counterfactual" in self.require:
+            result, trials = self.check_counterfactual(diagnosis, episode, policy_success, base_scenes)
+            checks.append(result)
+        if "potential" in self.require:
+            checks.append(self.check_potential(diagnosis, episode.spec))
+        reasons = tuple(f"{c.name}: {c.reason}" for c in checks if c.status != "passed")
+        return Verdict(
+            episode_id=episode.episode_id,
+            critic=diagnosis.critic,
+            failure_mode=diagnosis.failure_mode,
+            accepted=not reasons,
+            checks=tuple(checks),
+            trials=trials,
+            verified_factors=tuple(t.factor for t in trials if t.reproduced),
+            reasons=reasons,
+        )
+
+    def check_counterfactual(
+        self,
+        d: Diagnosis,
+        episode: EpisodeRecord,
+        policy_success: PolicySuccess | None,
+        base_scenes: Sequence[ScenarioSpec],
+    ) -> tuple[CheckResult, tuple[FactorTrial, ...]]:
+        """Check (b): does applying each implicated factor alone make solved scenes fail?"""
+        from coda.scene.operators import derive
+
+        if policy_success is None:
+            return CheckResult(name="counterfactual", status="not_run", reason="no policy_success callable given"), ()
+        if not d.factors:
+            return CheckResult(name="counterfactual", status="failed", reason="the diagnosis implicates no factor"), ()
+        k, margin = self.cfg.counterfactual_k, self.cfg.counterfactual_margin
+        family = [s for s in base_scenes if s.family == episode.spec.family]
+        solved: list[ScenarioSpec] = []
+        for s in family[: 3 * k]:  # a bounded search for scenes the policy solves
+            if policy_success(s):
+                solved.append(s)
+                if len(solved) == k:
+                    break
+        if not solved:
+            why = f"none of {min(len(family), 3 * k)} base scenes of family '{episode.spec.family}' is solved by the policy"
+            return CheckResult(name="counterfactual", status="not_run", reason=why), ()
+        base_rate = 1.0 - float(np.mean([policy_success(s) for s in solved]))  # re-measured: no selection bias
+        rng = np.random.default_rng(_seed(self.seed, episode.episode_id))
+        trials: list[FactorTrial] = []
+        for f in d.factors:
+            try:
+                ops = factor_ops(f, episode.spec, self.cfg.counterfactual_tier)
+            except VerifyError as e:
+                trials.append(FactorTrial(factor=f, error=str(e)))
+                continue
+            outcomes, errors = [], []
+            for base in solved:
+                try:
+                    derived = derive(rng, base, [(o["op"], o["args"]) for o in ops])
+                except CodaError as e:  # the edit does not fit this base scene
+                    errors.append(str(e).splitlines()[0])
+                    continue
+                outcomes.append(not policy_success(derived))
+            if len(outcomes) < max(1, (len(solved) + 1) // 2):
+                trials.append(FactorTrial(factor=f, ops=tuple(ops), n=len(outcomes), base_failure_rate=base_rate,
+                                          error=f"applied to only {len(outcomes)}/{len(solved)} base scenes: {errors[:1]}"))
+                continue
+            rate = float(np.mean(outcomes))
+            trials.append(FactorTrial(factor=f, ops=tuple(ops), n=len(outcomes), base_failure_rate=base_rate,
+                                      factor_failure_rate=rate, reproduced=rate - base_rate >= margin))
+        ok = [t for t in trials if t.reproduced]
+        details: dict[str, Any] = {"base_scenes": len(solved), "base_failure_rate": base_rate, "margin": margin}
+        for i, t in enumerate(trials):
+            details[f"factor{i}"] = f"{t.factor.kind}:{t.factor.value} -> {t.factor_failure_rate}" + (f" ({t.error})" if t.error else "")
+        if ok:
+            why = f"{len(ok)}/{len(trials)} factor(s) raise the failure rate by >= {margin}"
+            return CheckResult(name="counterfactual", status="passed", reason=why, details=details), tuple(trials)
+        why = "; ".join(
+            f"{t.factor.kind}={t.factor.value}: " + (t.error or f"failure rate {t.factor_failure_rate:.2f} vs base {base_rate:.2f}")
+            for t in trials
+        )
+        return CheckResult(name="counterfactual", status="failed", reason=f"no factor reproduces the failure ({why})",
+                           details=details), tuple(trials)
+
+    def check_potential(self, d: Diagnosis, spec: ScenarioSpec) -> CheckResult:
+        """Check (c): the stage plan compiles and its Φ rises along expert demos of the scene, peaking at success."""
+        prog = try_parse_plan(d.stage_plan, spec)
+        if isinstance(prog, PlanRejected):
+            return CheckResult(name="potential", status="failed", reason=f"the stage plan does not compile: {prog.reason}")
+        pot = StagedPotential(prog, spec, self.predicates)
+        demos = self._expert_demos(spec)
+        if not demos:
+            return CheckResult(name="potential", status="not_run", reason="the scripted expert solves no demo of this scene")
+        corr = [spearman_with_time(pot.phis(states)) for states in demos]
+        final = [pot.phi(states[-1]) for states in demos]
+        peak = [float(pot.phis(states).max()) for states in demos]
+        details: dict[str, Any] = {"demos": len(demos), "min_rank_corr": float(np.nanmin(corr)) if not all(np.isnan(corr)) else None,
+                                   "final_phi": min(final), "program": prog.describe()}
+        threshold = self.shaping.min_rank_corr
+        if any(np.isnan(c) or c < threshold for c in corr):
+            why = f"Φ does not rise along expert demos (rank correlation {min(corr):.2f} < {threshold})"
+            return CheckResult(name="potential", status="failed", reason=why, details=details)
+        if any(fv < 1.0 or fv < p for fv, p in zip(final, peak)):
+            why = f"Φ does not peak at success (final {min(final):.2f}, peak {max(peak):.2f})"
+            return CheckResult(name="potential", status="failed", reason=why, details=details)
+        return CheckResult(name="potential", status="passed",
+                           reason=f"Φ rises along {len(demos)} expert demo(s) and peaks at success", details=details)
+
+    def close(self) -> None:
+        """Close the demo environment, if one was made."""
+        if self._env is not None and hasattr(self._env, "close"):
+            self._env.close()
+        self._env = None
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _expert_demos(self, spec: ScenarioSpec) -> list[list[Any]]:
+        """State traces of successful expert demos: the scene itself, then with perturbed start poses."""
+        key = spec.spec_id
+        if key in self._demos:
+            return self._demos[key]
+        from coda.scene.operators import derive
+        from coda.sim.tabletop.experts import rollout_expert
+
+        if self._env is None:
+            if self.env_factory is not None:
+                self._env = self.env_factory()
+            else:
+                from coda.sim.tabletop.env import TabletopEnv
+
+                self._env = TabletopEnv()
+        rng = np.random.default_rng(_seed(self.seed, key))
+        scenes = [spec] + [derive(rng, spec, [("move_robot_start", {})]) for _ in range(self.cfg.verify_demos - 1)]
+        demos = []
+        for s in scenes:
+            ep = rollout_expert(self._env, s, max_steps=self.cfg.demo_steps)
+            if ep.success:
+                demos.append(ep.states)
+        self._demos[key] = demos
+        return demos
