@@ -18,6 +18,7 @@ Determinism: the same spec and the same actions give bitwise identical physics (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from coda.sim.tabletop.reader import StateReader  # noqa: E402
 
 ACTION_LOW = np.array(G.ACTION_LOW, dtype=np.float32)
 ACTION_HIGH = np.array(G.ACTION_HIGH, dtype=np.float32)
+_LOW, _HIGH = ACTION_LOW.astype(np.float64).tolist(), ACTION_HIGH.astype(np.float64).tolist()
 _STATE_SIG = mujoco.mjtState.mjSTATE_INTEGRATION
 _BADQACC = int(mujoco.mjtWarning.mjWARN_BADQACC)
 
@@ -96,8 +98,6 @@ class TabletopEnv(gym.Env):
         self._steps = 0
         self._grip = 1.0
         self._state: TabletopState | None = None
-        self._act = np.zeros(5)
-        self._ctrl = np.zeros(6)
 
     # ---- properties -----------------------------------------------------------------------------
 
@@ -189,16 +189,16 @@ class TabletopEnv(gym.Env):
         a = np.asarray(action, dtype=np.float64)
         if a.shape != (5,):
             raise EnvError(f"action must have shape (5,) = (x, y, z, yaw, grip), got shape {a.shape}")
-        if not np.isfinite(a).all():
-            raise EnvError(f"action = {a.tolist()} has non-finite values")
-        np.clip(a, ACTION_LOW, ACTION_HIGH, out=self._act)
-        ctrl = self._ctrl
-        ctrl[:4] = self._act[:4]
-        ctrl[4] = ctrl[5] = finger_target(self._act[4])
-        self._grip = float(self._act[4])
+        vals = a.tolist()
+        if not all(map(math.isfinite, vals)):
+            raise EnvError(f"action = {vals} has non-finite values")
+        # Clip in plain Python: five scalars are cheaper than a numpy call.
+        x, y, z, yaw, grip = (min(max(v, lo), hi) for v, lo, hi in zip(vals, _LOW, _HIGH))
+        self._grip = grip
+        fq = finger_target(grip)
         d = self._data
         assert d is not None
-        d.ctrl[:] = ctrl
+        d.ctrl[:] = (x, y, z, yaw, fq, fq)
         mujoco.mj_step(scene.model, d, nstep=scene.index.substeps)
         StateReader.refresh(scene.model, d)
         self._steps += 1

@@ -9,7 +9,9 @@ Observation (a dict; stable layout, version `OBS_VERSION`):
                  (objects, containers, drawers, regions), zero rows after the last entity:
                  [0:3]   position (object centre; container floor centre; drawer handle; region centre), m
                  [3:6]   half extents (containers: inner x, y and wall half-height; drawers: cabinet), m
-                 [6:8]   sin, cos of the heading (yaw of the entity's x axis)
+                 [6:8]   sin, cos of the heading (yaw of the entity's x axis); precisely the world y, x
+                         components of that axis, so they shrink towards 0 as the axis tips out of the
+                         table plane (exactly sin, cos of the yaw while upright)
                  [8:11]  the entity's z axis in the world (0, 0, 1 when upright)
                  [11:14] colour RGB in [0, 1]
                  [14:21] type one-hot: box, cylinder, sphere, tray, bowl, drawer, region
@@ -25,6 +27,7 @@ The observation is role-free: nothing marks which entity the instruction is abou
 
 from __future__ import annotations
 
+import math
 import string
 
 import numpy as np
@@ -99,23 +102,18 @@ class ObservationBuilder:
         """The observation of state `s` (fresh arrays; the strings are shared, immutable)."""
         n = self._n
         left, right = s.finger_contacts
-        proprio = np.empty(PROPRIO_DIM, dtype=np.float32)
-        proprio[0:3] = s.gripper_pos
-        proprio[3] = np.sin(s.gripper_yaw)
-        proprio[4] = np.cos(s.gripper_yaw)
-        proprio[5] = s.gripper_width
-        proprio[6] = s.grip_cmd
-        proprio[7:10] = s.gripper_vel
-        proprio[10] = bool(left)
-        proprio[11] = bool(right)
+        yaw = s.gripper_yaw
+        proprio = np.array(
+            (*s.gripper_pos.tolist(), math.sin(yaw), math.cos(yaw), s.gripper_width, s.grip_cmd,
+             *s.gripper_vel.tolist(), 1.0 if left else 0.0, 1.0 if right else 0.0),
+            dtype=np.float32,
+        )
         rows = self._static.copy()
         if n:
+            rot = s.rot
             rows[:n, COL_POS] = s.pos
-            rows[:n, 6] = s.rot[:, 1, 0]
-            rows[:n, 7] = s.rot[:, 0, 0]
-            yaw_norm = np.hypot(rows[:n, 6], rows[:n, 7])  # heading from the rotated x axis, made unit
-            np.divide(rows[:n, 6:8], np.maximum(yaw_norm, 1e-6)[:, None], out=rows[:n, 6:8])
-            rows[:n, COL_ZAXIS] = s.rot[:, :, 2]
+            rows[:n, COL_YAW] = rot[:, 1::-1, 0]  # (y, x) of the x axis: (sin, cos) of the yaw when upright
+            rows[:n, COL_ZAXIS] = rot[:, :, 2]
             rows[:n, COL_FRACTION] = s.fraction
             if left or right:
                 for col, touched in ((22, left), (23, right)):
@@ -126,7 +124,7 @@ class ObservationBuilder:
         return {
             "proprio": proprio,
             "objects": rows,
-            "object_mask": self._mask.copy(),
+            "object_mask": self._mask.copy(),  # gymnasium requires fresh data on every call
             "object_text": self._text,
             "instruction": self._instruction,
         }

@@ -36,7 +36,8 @@ class PredicateError(CodaError, KeyError):
 class TabletopState:
     """Privileged state of a tabletop scene at one instant (arrays are private copies).
 
-    Finger contacts are those found by the last collision pass (at most one physics step old).
+    Poses are those of the current physics state; finger contacts are those found by the last collision
+    pass (at most one physics substep, 2 ms, old; exact after `reset` and `set_state`).
     """
 
     time: float  # simulated seconds since reset
@@ -62,6 +63,13 @@ class TabletopState:
         if not self.index:
             object.__setattr__(self, "index", {n: i for i, n in enumerate(self.names)})
 
+    @classmethod
+    def trusted(cls, **fields: object) -> "TabletopState":
+        """Build from fields already known to be consistent (the simulator's fast path: skips __init__)."""
+        s = object.__new__(cls)
+        s.__dict__.update(fields)
+        return s
+
     def row(self, name: str, kind: str | None = None) -> int:
         """Row of entity `name`. Raises PredicateError if unknown or not of `kind`."""
         i = self.index.get(name)
@@ -83,17 +91,19 @@ class TabletopState:
 def half_height(s: TabletopState, name: str) -> float:
     """Vertical half extent of an object in its current orientation (a lying cylinder is short)."""
     i = s.row(name, "object")
-    r, (a, b, c), t = s.rot[i], s.size[i], s.types[i]
+    a, b, c = s.size[i].tolist()
+    t = s.types[i]
     if t == "sphere":
-        return float(a)
+        return a
+    r20, r21, r22 = s.rot[i, 2].tolist()  # how each body axis leans out of the table plane
     if t == "cylinder":
-        return float(a * math.hypot(r[2, 0], r[2, 1]) + c * abs(r[2, 2]))
-    return float(a * abs(r[2, 0]) + b * abs(r[2, 1]) + c * abs(r[2, 2]))
+        return a * math.hypot(r20, r21) + c * abs(r22)
+    return a * abs(r20) + b * abs(r21) + c * abs(r22)
 
 
 def bottom(s: TabletopState, name: str) -> float:
     """Height of an object's lowest point above the table, m."""
-    return float(s.pos[s.row(name), 2]) - half_height(s, name)
+    return float(s.pos[s.row(name), 2]) - half_height(s, name)  # row() validates the name first
 
 
 def top(s: TabletopState, name: str) -> float:
@@ -124,9 +134,11 @@ def extent_along(s: TabletopState, name: str, direction: np.ndarray) -> float:
 
 
 def _local_xy(s: TabletopState, i: int, p: np.ndarray) -> tuple[float, float]:
-    dx, dy = float(p[0] - s.pos[i, 0]), float(p[1] - s.pos[i, 1])
-    r = s.rot[i]
-    return r[0, 0] * dx + r[1, 0] * dy, r[0, 1] * dx + r[1, 1] * dy
+    px, py = p[:2].tolist()
+    cx, cy = s.pos[i, :2].tolist()
+    (r00, r01), (r10, r11) = s.rot[i, :2, :2].tolist()
+    dx, dy = px - cx, py - cy
+    return r00 * dx + r10 * dy, r01 * dx + r11 * dy
 
 
 # ---- predicates ------------------------------------------------------------------------------------
@@ -166,13 +178,15 @@ def inside(s: TabletopState, obj: str, container: str) -> bool:
     """Object centre over the container's inner floor, bottom below the rim, centre above the floor."""
     i, j = s.row(obj, "object"), s.row(container, "container")
     lx, ly = _local_xy(s, j, s.pos[i])
-    hx, hy = s.size[j, 0], s.size[j, 1]
+    hx, hy, hz = s.size[j].tolist()
     if s.types[j] == "bowl":
         within = (lx / hx) ** 2 + (ly / hy) ** 2 <= 1.0
     else:
         within = abs(lx) <= hx and abs(ly) <= hy
-    floor, rim = s.pos[j, 2], s.pos[j, 2] + 2 * s.size[j, 2]
-    return bool(within and s.pos[i, 2] >= floor and bottom(s, obj) <= rim + RIM_SLACK)
+    if not within:
+        return False
+    floor = float(s.pos[j, 2])
+    return bool(float(s.pos[i, 2]) >= floor and bottom(s, obj) <= floor + 2 * hz + RIM_SLACK)
 
 
 def at_region(s: TabletopState, obj: str, region: str) -> bool:

@@ -1,8 +1,9 @@
 """Read a `TabletopState` out of MjData cheaply (a handful of vectorised gathers).
 
-`refresh` recomputes kinematics and contacts for the current `qpos` (a few microseconds; the physics is
-untouched because `mj_step` recomputes both), so a state is a function of the physics state alone and
-`get_state` / `set_state` reproduce it exactly.
+Poses are those of the current `qpos` (`refresh` reruns the cheap forward kinematics after `mj_step`,
+which leaves body poses one physics substep behind); finger contacts are those of the last collision
+pass, at most one substep (2 ms) old. Re-running collision detection every control step would cost a few
+percent of the step for no practical gain.
 """
 
 from __future__ import annotations
@@ -49,56 +50,75 @@ class StateReader:
         self._names_ext = (*idx.names, "table")
         self._index = {nm: i for i, nm in enumerate(idx.names)}
         self._empty: frozenset[str] = frozenset()
+        self._ent_list: list[int] = idx.geom_entity.tolist()
+        self._vel0 = np.zeros((n, 3))
+        self._frac0 = np.zeros(n)
+        self._frac0.setflags(write=False)
+        self._vel0.setflags(write=False)
+        self._pos_rest = self._pos0[self._n_obj:]  # fixed rows (containers, drawers, regions) after the objects
+        self._rot_rest = self._rot0[self._n_obj:]
+        self._vel_rest = self._vel0[self._n_obj:]
+        self._qsel = np.concatenate([idx.grip_qpos, self._opos]).astype(np.int64)
+        self._vsel = np.concatenate([idx.grip_qvel, self._ovel]).astype(np.int64)
         self._finger_side = np.zeros(scene.model.ngeom, dtype=np.int8)  # 1 left finger, 2 right finger
         self._finger_side[self._lf], self._finger_side[self._rf] = 1, 2
 
     @staticmethod
     def refresh(m: mujoco.MjModel, d: mujoco.MjData) -> None:
-        """Recompute body poses and contacts for the current qpos (after `mj_step` they lag one substep)."""
+        """Recompute body poses for the current qpos (after `mj_step` they lag one substep)."""
         mujoco.mj_kinematics(m, d)
-        mujoco.mj_collision(m, d)
 
     def finger_contacts(self, d: mujoco.MjData) -> tuple[frozenset[str], frozenset[str]]:
         """Entity names (and "table") touched by the left and the right finger."""
         if d.ncon == 0:
             return self._empty, self._empty
-        flat = d.contact.geom.ravel()  # geom1, geom2 of contact 0, then of contact 1, ...
-        side = self._finger_side[flat]
-        hits = np.flatnonzero(side)
-        if hits.size == 0:
-            return self._empty, self._empty
-        other = self._ent[flat[hits ^ 1]].tolist()  # the geom paired with the finger in the same contact
-        sides = side[hits].tolist()
+        lf, rf, ent = self._lf, self._rf, self._ent_list
+        left: set[int] = set()
+        right: set[int] = set()
+        # A plain loop over the pairs beats vectorised numpy at the few dozen contacts a scene has.
+        for g1, g2 in d.contact.geom.tolist():
+            if g1 == lf:
+                left.add(ent[g2])
+            elif g2 == lf:
+                left.add(ent[g1])
+            if g1 == rf:
+                right.add(ent[g2])
+            elif g2 == rf:
+                right.add(ent[g1])
         names = self._names_ext
-        left = frozenset(names[r] for r, sd in zip(other, sides) if sd == 1 and r >= 0)
-        right = frozenset(names[r] for r, sd in zip(other, sides) if sd == 2 and r >= 0)
-        return left or self._empty, right or self._empty
+        return (
+            frozenset(names[r] for r in left if r >= 0) if left else self._empty,
+            frozenset(names[r] for r in right if r >= 0) if right else self._empty,
+        )
 
     def read(self, d: mujoco.MjData, grip_cmd: float) -> TabletopState:
         """The state of `d` now; `grip_cmd` is the last grip command (the env keeps it)."""
-        qpos, qvel = d.qpos, d.qvel
-        g = qpos[self._gq]
-        pos = self._pos0.copy()
-        rot = self._rot0.copy()
-        n = len(self._names_ext) - 1
-        vel = np.zeros((n, 3))
-        if self._n_obj:
-            pos[: self._n_obj] = qpos[self._opos].reshape(-1, 3)
-            rot[: self._n_obj] = d.xmat[self._obody].reshape(-1, 3, 3)
-            vel[: self._n_obj] = qvel[self._ovel].reshape(-1, 3)
-        frac = np.zeros(n)
+        # One gather per source array: the per-step cost is dominated by the number of numpy calls.
+        q = d.qpos[self._qsel]  # gripper x, y, z, yaw, fingers, then object positions
+        v = d.qvel[self._vsel]  # gripper linear velocity, then object linear velocities
+        no = self._n_obj
+        if no:
+            pos = np.concatenate((q[6:].reshape(no, 3), self._pos_rest))
+            rot = np.concatenate((d.xmat[self._obody].reshape(no, 3, 3), self._rot_rest))
+            vel = np.concatenate((v[3:].reshape(no, 3), self._vel_rest))
+        else:
+            pos, rot, vel = self._pos0.copy(), self._rot0.copy(), self._vel0
+        frac = self._frac0
         if self._drows.size:
-            q = qpos[self._dq]
-            frac[self._drows] = q / self._dtravel
-            pos[self._drows] = self._pos0[self._drows] + self._daxis * q[:, None]
-            vel[self._drows] = self._daxis * qvel[self._dv][:, None]
-        return TabletopState(
-            time=float(d.time),
-            gripper_pos=g[:3].copy(),
-            gripper_yaw=float(g[3]),
-            gripper_width=float(g[4] + g[5]),
-            grip_cmd=float(grip_cmd),
-            gripper_vel=qvel[self._gv].copy(),
+            dq = d.qpos[self._dq]
+            frac = frac.copy()
+            frac[self._drows] = dq / self._dtravel
+            pos[self._drows] = self._pos0[self._drows] + self._daxis * dq[:, None]
+            vel = vel.copy() if not no else vel
+            vel[self._drows] = self._daxis * d.qvel[self._dv][:, None]
+        g = q[:6].tolist()
+        return TabletopState.trusted(
+            time=d.time,
+            gripper_pos=q[:3],
+            gripper_yaw=g[3],
+            gripper_width=g[4] + g[5],
+            grip_cmd=grip_cmd,
+            gripper_vel=v[:3],
             finger_contacts=self.finger_contacts(d),
             names=self._idx.names,
             kinds=self._idx.kinds,
