@@ -89,6 +89,41 @@ def render(
     console.print(f"wrote {written}", highlight=False)
 
 
+@app.command("run")
+@one_line_errors
+def run(
+    program: Annotated[Path, typer.Argument(help="generation program (JSON file)")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSONL file to write")],
+) -> None:
+    """Run a generation program (unchecked by physics) and write its scenes as versioned JSONL."""
+    from coda.scene.programs import load_program, run_program
+    from coda.scene.splits import write_split
+
+    if not program.is_file():
+        raise SceneIndexError(f"program file '{program}' does not exist")
+    prog = load_program(program.read_text(encoding="utf-8"))
+    specs = run_program(prog)
+    write_split(out, specs, program=prog.name, program_id=prog.program_id, seed=prog.seed, checked="no")
+    console.print(f"wrote {len(specs)} scenes to {out}", highlight=False)
+
+
+@app.command("ops")
+@one_line_errors
+def ops() -> None:
+    """List the registered scene operators and their arguments."""
+    from rich.table import Table
+
+    from coda.scene.operators import OPERATORS
+
+    table = Table(title="scene operators")
+    for col in ("operator", "what it does", "arguments"):
+        table.add_column(col)
+    for name in OPERATORS.names():
+        op = OPERATORS.get(name)
+        table.add_row(name, op.doc, ", ".join(op.args_model.model_fields))
+    console.print(table)
+
+
 def render_scene(spec: object, out: Path, *, camera: str = "front", size: int = 256) -> Path:
     """Render a scene's initial state with the tabletop simulator (imported only when rendering)."""
     from coda.sim.tabletop.render import render_png

@@ -18,7 +18,7 @@ wide for the gripper.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -161,7 +161,11 @@ def _u(rng: np.random.Generator, lo: float, hi: float) -> float:
 def sample_graspable(
     rng: np.random.Generator, shape: str, half: tuple[float, float], block_prob: float
 ) -> tuple[tuple[float, float, float], float]:
-    """Size (half extents) and nothing else of a graspable object; returns (size, narrow half width)."""
+    """Half extents of a graspable object of `shape` whose narrow half width is drawn from `half`.
+
+    Returns:
+        (size, narrow half width); a box is a cube, or with probability `block_prob` an elongated block.
+    """
     h = _u(rng, *half)
     if shape == "box":
         if rng.random() < block_prob:
@@ -227,9 +231,9 @@ def _finish(
     objects: list[ObjectSpec],
     goal: GoalPredicate,
     *,
-    containers: list[ContainerSpec] = (),  # type: ignore[assignment]
-    drawers: list[DrawerSpec] = (),  # type: ignore[assignment]
-    regions: list[RegionSpec] = (),  # type: ignore[assignment]
+    containers: Sequence[ContainerSpec] = (),
+    drawers: Sequence[DrawerSpec] = (),
+    regions: Sequence[RegionSpec] = (),
 ) -> ScenarioSpec:
     """Shuffle entity order, give role-free names, write the canonical instruction."""
     rename: dict[str, str] = {}
