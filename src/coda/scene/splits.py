@@ -8,7 +8,8 @@ Every split is a `GenerationProgram` (data, see `split_program`), so a split is 
   `spot_center`), the destination always sits in the same spot (`spot_far`), the other objects stay in one
   strip, only four object colours and boxes appear, and the instruction is the single canonical template.
 - ``position`` — unseen regions for the target or the destination, or swapped layouts (target <-> another
-  object, destination <-> the alternative container / region).
+  object, destination <-> the alternative container / region); drawer: the cabinet in an unseen far
+  corner, or the gripper's start pose moved.
 - ``instruction`` — the sft scene with a held-out paraphrase (templates and synonyms never used in sft or
   in the train paraphrase tier).
 - ``task`` — the sft scene with another goal in the same layout: another target, another destination, or
