@@ -44,6 +44,48 @@ def doctor(
         raise typer.Exit(1)
 
 
+from coda.cli.memory import app as memory_app  # noqa: E402
+from coda.cli.scenes import app as scenes_app  # noqa: E402
+
+app.add_typer(memory_app, name="memory")
+app.add_typer(scenes_app, name="scenes")
+
+@app.command("run")
+@one_line_errors
+def run_command(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    strategy: Annotated[Optional[str], typer.Option(help="coda | coda-sparse | replay | accel | plr | dr | sft")] = None,
+    family: Annotated[Optional[list[str]], typer.Option(help="task family (repeatable); default: all four")] = None,
+    rounds: Annotated[Optional[int], typer.Option(help="co-evolution rounds after SFT")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="master seed")] = None,
+    memory: Annotated[Optional[str], typer.Option("--memory", help="memory URL (default: SQLite in the run dir)")] = None,
+    run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="run directory to create")] = None,
+    resume: Annotated[Optional[Path], typer.Option("--resume", help="continue the run in this directory")] = None,
+) -> None:
+    """Run CoDA: SFT, then co-evolution rounds; writes memory, checkpoints and report.html to a run directory."""
+    from coda.config import build_config
+    from coda.engine.loop import resume_run, run, start_run
+
+    if resume is not None:
+        if any(v is not None for v in (preset, config, set_, strategy, family, rounds, seed, memory, run_dir)):
+            fail("--resume takes the run's own configuration; drop the other options")
+        ctx = resume_run(resume)
+    else:
+        extra = list(set_ or [])
+        extra += [f"engine.strategy={strategy}"] if strategy is not None else []
+        extra += [f"engine.rounds={rounds}"] if rounds is not None else []
+        extra += [f"engine.seed={seed}"] if seed is not None else []
+        extra += [f"memory.url={memory}"] if memory is not None else []
+        data = {"scene": {"families": list(family)}} if family else None
+        cfg = build_config(preset, config, extra, data=data)
+        ctx = start_run(cfg, run_dir)
+    console.print(f"run directory: [bold]{ctx.run_dir}[/]")
+    result = run(ctx)
+    console.print(f"report: [bold]{result.run_dir / 'report.html'}[/]")
+
+
 config_app = typer.Typer(help="Resolve and inspect configurations.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 

@@ -1,0 +1,249 @@
+"""The run, top to bottom: round 0 fits the SFT policy, then co-evolution rounds follow.
+
+Round 0 (every strategy):
+    scenes   → the fixed evaluation splits (sft in-distribution + OOD axes) and the SFT training scenes
+    demos    → expert demonstrations in the SFT training scenes
+    train    → behaviour cloning: the SFT policy checkpoint
+    evaluate → the SFT policy on every evaluation split
+
+Rounds 1..R are run by the strategy (`coda.engine.strategies`) with the same phase discipline.
+
+Each phase is a function of the run context that returns its outputs; it commits all its records together with
+its phase marker (`memory.phase`), so a run killed anywhere resumes (`coda run --resume RUN_DIR`) by re-running
+exactly the phases without a marker. Files a phase writes are written before its commit, atomically, under
+names fixed by (round, phase), so a re-run overwrites a killed attempt's leftovers instead of adding to them.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from coda.config import CodaConfig
+from coda.engine.context import RunContext, load_run_config, new_run_dir, write_config
+from coda.engine.rollout import Rollout, evaluate_checkpoint
+from coda.scene.spec import ScenarioSpec
+
+EVAL_SPLITS = ("sft", "position", "instruction", "task", "object", "distractor", "physics")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    run_id: str
+    success: dict[int, dict[str, dict[str, float]]]  # round -> family -> split -> success rate
+
+
+def progress_bar(console: Any) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+# ---- phases of round 0 ------------------------------------------------------------------------------
+
+def phase_scenes(ctx: RunContext) -> dict[str, dict[str, list[ScenarioSpec]]]:
+    """Build the SFT training scenes and the evaluation splits per family (validated in the simulator).
+
+    Returns:
+        {family: {"train": [...], "sft": [...], "position": [...], ...}}; rejected candidates are stored as
+        invalid Scenario records with their reasons.
+    """
+    from coda.memory import Scenario
+    from coda.scene.splits import build_split
+
+    mem, cfg = ctx.memory, ctx.cfg
+    if not mem.phase_done(ctx.run_id, 0, "scenes"):
+        jobs = [(f, "train", "sft", cfg.scene.sft_scenes_per_family) for f in ctx.families]
+        jobs += [(f, s, s, cfg.bench.eval_scenes_per_split) for f in ctx.families for s in EVAL_SPLITS]
+        records: list[Any] = []
+        with progress_bar(ctx.console) as bar:
+            task = bar.add_task("round 0 · scenes", total=len(jobs))
+            for family, name, split, n in jobs:
+                res = build_split(family, split, n, ctx.seed_for("scenes", family, name),
+                                  workers=cfg.runtime.workers)
+                records += [Scenario.from_spec(s, split=name) for s in res.valid]
+                records += [Scenario.from_spec(r.spec, split=name, valid=False, invalid_reason=r.reason)
+                            for r in res.rejected]
+                bar.advance(task)
+        with mem.phase(ctx.run_id, 0, "scenes") as tx:
+            tx.add_all(_unique(records), exist_ok=True)
+    out: dict[str, dict[str, list[ScenarioSpec]]] = {f: {} for f in ctx.families}
+    for rec in mem.list("scenario", run_id=ctx.run_id, round_idx=0):
+        if rec.valid and rec.family in out:
+            out[rec.family].setdefault(rec.split, []).append(ScenarioSpec.from_dict(rec.spec))
+    return out
+
+
+def _unique(records: list[Any]) -> list[Any]:
+    # The same scene can come out of two splits' streams; memory keys scenarios by content in a round.
+    seen: set[str] = set()
+    out = []
+    for r in records:
+        if r.spec_id not in seen:
+            seen.add(r.spec_id)
+            out.append(r)
+    return out
+
+
+def phase_demos(ctx: RunContext, round_idx: int, specs: Sequence[ScenarioSpec], name: str = "demos") -> Path:
+    """Expert demonstrations in `specs`, written as a dataset directory `demos/round_RRR`."""
+    from coda.memory import TrainingProgram
+    from coda.policy.data import collect_demos
+    from coda.sim.tabletop.env import TabletopEnv
+    from coda.sim.tabletop.experts import expert_for
+
+    mem = ctx.memory
+    final = ctx.run_dir / "demos" / f"round_{round_idx:03d}"
+    if mem.phase_done(ctx.run_id, round_idx, name):
+        return final
+    tmp = final.with_name(final.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    env = TabletopEnv(config=ctx.cfg.sim)
+    try:
+        report = collect_demos(env, list(specs), lambda s: expert_for(s, ctx.cfg.sim.expert_chunk), tmp,
+                               progress=True)
+    finally:
+        env.close()
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    body = {"kind": "expert_demos", "demos": ctx.rel(final), "scenes": report.attempted,
+            "episodes": report.written, "steps": report.steps, "expert_failures": report.failed_specs}
+    with mem.phase(ctx.run_id, round_idx, name) as tx:
+        tx.add(TrainingProgram(key=f"demos_r{round_idx}", body=body))
+    return final
+
+
+def phase_train(ctx: RunContext, round_idx: int, demo_dirs: Sequence[Path], *, steps: int,
+                init_from: Path | None = None) -> Path:
+    """Behaviour cloning on `demo_dirs` (from scratch, or fine-tuning `init_from`) → checkpoint file."""
+    from coda.memory import Checkpoint
+    from coda.memory.artifacts import sha256_file
+    from coda.policy.train import train_sft
+
+    mem = ctx.memory
+    ckpt = ctx.path("checkpoints", f"round_{round_idx:03d}.pt")
+    if mem.phase_done(ctx.run_id, round_idx, "train"):
+        return ckpt
+    import torch
+
+    torch.manual_seed(ctx.seed_for("train", round_idx))
+    _, result = train_sft(demo_dirs, ctx.cfg.policy, ckpt, steps=steps, progress=True,
+                          metrics_path=ctx.path("metrics", f"train_round_{round_idx:03d}.jsonl"))
+    digest, _ = sha256_file(ckpt)
+    metrics = {k: v for k, v in vars(result).items() if isinstance(v, (int, float, str))}
+    with mem.phase(ctx.run_id, round_idx, "train") as tx:
+        tx.add(Checkpoint(path=ctx.rel(ckpt), sha256=digest, metrics=metrics))
+    return ckpt
+
+
+def phase_evaluate(ctx: RunContext, round_idx: int, checkpoint: Path,
+                   splits: dict[str, dict[str, list[ScenarioSpec]]], *, keyframes: int = 3
+                   ) -> dict[str, dict[str, float]]:
+    """Roll the checkpoint out on every evaluation split; episodes (keyframes of failures kept) to memory.
+
+    Returns:
+        {family: {split: success rate}}.
+    """
+    from coda.memory import Checkpoint, Episode, Scenario
+
+    mem = ctx.memory
+    if not mem.phase_done(ctx.run_id, round_idx, "evaluate"):
+        jobs = [(f, s, spec) for f in ctx.families for s in EVAL_SPLITS for spec in splits[f].get(s, [])]
+        with progress_bar(ctx.console) as bar:
+            task = bar.add_task(f"round {round_idx} · evaluate", total=len(jobs))
+            rollouts = evaluate_checkpoint(checkpoint, [j[2] for j in jobs], ctx.cfg.sim,
+                                           workers=ctx.cfg.runtime.workers, keyframes=keyframes,
+                                           record_states=False, on_done=lambda i, r: bar.advance(task))
+        scen_ids = {r.spec_id: r.id for r in mem.list("scenario", run_id=ctx.run_id)}
+        ckpt_rec = [c for c in mem.list("checkpoint", run_id=ctx.run_id) if c.path == ctx.rel(checkpoint)]
+        files = [_episode_artifacts(ctx, round_idx, "evaluate", i, r) for i, r in enumerate(rollouts)]
+        with mem.phase(ctx.run_id, round_idx, "evaluate") as tx:
+            for (family, split, spec), r, arts in zip(jobs, rollouts, files):
+                sid = scen_ids.get(spec.spec_id)
+                if sid is None:  # a scene first seen in this round
+                    sid = tx.add(Scenario.from_spec(spec, split=split), exist_ok=True).id
+                tx.add(Episode(scenario_id=sid, policy="policy", checkpoint_id=ckpt_rec[0].id if ckpt_rec else None,
+                               seed=0, success=r.success, episode_return=r.episode_return, length=r.length,
+                               artifacts=arts, info={"family": family, "split": split, "error": r.error}),
+                       exist_ok=True)
+    return success_table(ctx, round_idx)
+
+
+def _episode_artifacts(ctx: RunContext, round_idx: int, phase: str, i: int, r: Rollout) -> dict[str, Any]:
+    """Keyframes of failed episodes as PNG files (successes need no diagnosis)."""
+    if r.success or not r.keyframes:
+        return {}
+    from PIL import Image
+
+    from coda.memory import ArtifactStore
+
+    store = ArtifactStore(ctx.run_dir)
+    out = {}
+    for t, frame in r.keyframes.items():
+        buf = io.BytesIO()
+        Image.fromarray(np.ascontiguousarray(frame)).save(buf, format="PNG")
+        ref = store.put_bytes(f"keyframes/round_{round_idx:03d}/{phase}_{i:05d}_t{t:03d}.png", buf.getvalue())
+        out[f"keyframe_t{t:03d}"] = ref.to_dict()
+    return out
+
+
+def success_table(ctx: RunContext, round_idx: int, phase: str = "evaluate") -> dict[str, dict[str, float]]:
+    """Success rate per family and split of the policy's episodes in one round's evaluate phase."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for e in ctx.memory.list("episode", run_id=ctx.run_id, round_idx=round_idx):
+        if e.phase != phase or e.policy != "policy":
+            continue
+        c = counts.setdefault((e.info["family"], e.info["split"]), [0, 0])
+        c[0] += int(e.success)
+        c[1] += 1
+    out: dict[str, dict[str, float]] = {}
+    for (family, split), (k, n) in sorted(counts.items()):
+        out.setdefault(family, {})[split] = k / n
+    return out
+
+
+# ---- the run ----------------------------------------------------------------------------------------
+
+def start_run(cfg: CodaConfig, run_dir: Path | None = None) -> RunContext:
+    """Create a run directory (or use the given empty one), write the resolved config, open memory."""
+    from coda.memory import open_memory_from_config
+
+    run_dir = run_dir or new_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_config(cfg, run_dir)
+    mem = open_memory_from_config(run_dir, cfg.memory)
+    run_id = run_dir.name
+    mem.create_run(run_id, config=cfg.model_dump(mode="json"), seed=cfg.engine.seed,
+                   strategy=cfg.engine.strategy, exist_ok=True)
+    return RunContext(cfg=cfg, run_dir=run_dir, run_id=run_id, memory=mem, families=tuple(cfg.scene.families))
+
+
+def resume_run(run_dir: Path) -> RunContext:
+    """Reopen a run directory with the configuration it was started with."""
+    from coda.memory import open_memory_from_config
+
+    cfg = load_run_config(run_dir)
+    mem = open_memory_from_config(run_dir, cfg.memory)
+    return RunContext(cfg=cfg, run_dir=run_dir, run_id=run_dir.name, memory=mem,
+                      families=tuple(cfg.scene.families))
+
+
+def run(ctx: RunContext) -> RunResult:
+    """Round 0 (SFT), then the strategy's rounds; the report at the end."""
+    from coda.engine.report import write_report
+
+    cfg = ctx.cfg
+    splits = phase_scenes(ctx)
+    demos = phase_demos(ctx, 0, [s for f in ctx.families for s in splits[f].get("train", [])])
+    ckpt = phase_train(ctx, 0, [demos], steps=cfg.policy.train_steps)
+    results = {0: phase_evaluate(ctx, 0, ckpt, splits)}
+    ctx.memory.set_run_status(ctx.run_id, "done")
+    write_report(ctx)
+    return RunResult(run_dir=ctx.run_dir, run_id=ctx.run_id, success=results)
