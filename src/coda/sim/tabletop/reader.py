@@ -58,6 +58,10 @@ class StateReader:
         self._pos_rest = self._pos0[self._n_obj:]  # fixed rows (containers, drawers, regions) after the objects
         self._rot_rest = self._rot0[self._n_obj:]
         self._vel_rest = self._vel0[self._n_obj:]
+        self._shared = {  # fields every state of this scene shares (immutable or read-only)
+            "names": idx.names, "kinds": idx.kinds, "types": idx.types, "size": self._size,
+            "travel": self._travel, "axis": self._axis, "index": self._index,
+        }
         self._qsel = np.concatenate([idx.grip_qpos, self._opos]).astype(np.int64)
         self._vsel = np.concatenate([idx.grip_qvel, self._ovel]).astype(np.int64)
         self._finger_side = np.zeros(scene.model.ngeom, dtype=np.int8)  # 1 left finger, 2 right finger
@@ -112,23 +116,18 @@ class StateReader:
             vel = vel.copy() if not no else vel
             vel[self._drows] = self._daxis * d.qvel[self._dv][:, None]
         g = q[:6].tolist()
-        return TabletopState.trusted(
-            time=d.time,
-            gripper_pos=q[:3],
-            gripper_yaw=g[3],
-            gripper_width=g[4] + g[5],
-            grip_cmd=grip_cmd,
-            gripper_vel=v[:3],
-            finger_contacts=self.finger_contacts(d),
-            names=self._idx.names,
-            kinds=self._idx.kinds,
-            types=self._idx.types,
-            pos=pos,
-            rot=rot,
-            size=self._size,
-            lin_vel=vel,
-            fraction=frac,
-            travel=self._travel,
-            axis=self._axis,
-            index=self._index,
-        )
+        s = object.__new__(TabletopState)  # fast path: fields are consistent by construction, skip __init__
+        f = s.__dict__
+        f.update(self._shared)
+        f["time"] = d.time
+        f["gripper_pos"] = q[:3]
+        f["gripper_yaw"] = g[3]
+        f["gripper_width"] = g[4] + g[5]
+        f["grip_cmd"] = grip_cmd
+        f["gripper_vel"] = v[:3]
+        f["finger_contacts"] = self.finger_contacts(d)
+        f["pos"] = pos
+        f["rot"] = rot
+        f["lin_vel"] = vel
+        f["fraction"] = frac
+        return s
