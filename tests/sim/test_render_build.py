@@ -66,3 +66,15 @@ def test_render_png_writes_the_image(tmp_path, specs):
     out = render_png(specs["drawer"], tmp_path / "scene.png", camera="front", size=48)
     img = np.asarray(Image.open(out))
     assert img.shape == (48, 48, 3) and len(np.unique(img.reshape(-1, 3), axis=0)) > 10
+
+
+def test_backend_registry_makes_the_tabletop_env_and_names_unknown_backends(specs):
+    from coda.errors import RegistryError
+    from coda.sim.backends import make_env
+
+    env = make_env(SimConfig(), specs["push"])
+    obs, _ = env.reset()
+    assert obs["instruction"] == specs["push"].instruction
+    env.close()
+    with pytest.raises(RegistryError, match="Unknown sim backend 'libero'. Available: \\['tabletop'\\]"):
+        make_env(SimConfig(backend="libero"))
