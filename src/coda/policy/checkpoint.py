@@ -98,7 +98,10 @@ def load_into(policy: ChunkPolicy, path: str | Path) -> dict[str, Any]:
     Raises:
         CheckpointError: corrupted file, or an architecture that differs (the differing fields are named).
     """
-    payload = read_checkpoint(path)
+    return _load_payload(policy, path, read_checkpoint(path))
+
+
+def _load_payload(policy: ChunkPolicy, path: str | Path, payload: dict[str, Any]) -> dict[str, Any]:
     _check_architecture(path, payload["architecture"], policy.architecture())
     try:
         policy.load_state_dict(payload["state_dict"], strict=True)
@@ -146,5 +149,5 @@ def load_policy(
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"checkpoint '{path}' lacks architecture or stats field {e}") from None
     policy = ChunkPolicy(cfg, dims, stats, text)
-    load_into(policy, path)
+    _load_payload(policy, path, payload)
     return policy

@@ -89,6 +89,7 @@ class ChunkPolicy(nn.Module):
             )
         self.register_buffer("critic_updates", torch.zeros((), dtype=torch.long))
         self._rng = torch.Generator().manual_seed(cfg.seed)
+        self.eval()  # inference mode unless a training loop says otherwise
         self.reset()
 
     @property
@@ -168,9 +169,8 @@ class ChunkPolicy(nn.Module):
     @torch.no_grad()
     def update_target(self) -> None:
         """Polyak-average the critic into its target copy; count one critic update."""
-        tau = self.cfg.polyak
-        for p_t, p in zip(self.critic_target.parameters(), self.critic.parameters()):
-            p_t.mul_(1.0 - tau).add_(p, alpha=tau)
+        targets, online = list(self.critic_target.parameters()), list(self.critic.parameters())
+        torch._foreach_lerp_(targets, online, self.cfg.polyak)  # p_t <- p_t + tau (p - p_t), one kernel per list
         self.critic_updates += 1
 
     # ---- inference ------------------------------------------------------------------------------------
