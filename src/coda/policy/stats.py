@@ -27,3 +27,17 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     # clamp away rounding at the extremes (0/n gives lo = 0 exactly in exact arithmetic)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def success_summary(successes: list[bool]) -> dict[str, object]:
+    """{"n", "success" (rate), "ci95": [lo, hi]} of a list of episode outcomes (Wilson 95% interval).
+
+    Raises:
+        CodaError: no outcomes.
+    """
+    n = len(successes)
+    if n == 0:
+        raise CodaError("success_summary: no episodes to summarise")
+    k = sum(bool(s) for s in successes)
+    lo, hi = wilson_interval(k, n)
+    return {"n": n, "success": k / n, "ci95": [lo, hi]}

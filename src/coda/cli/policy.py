@@ -1,0 +1,141 @@
+"""`coda demos collect`, `coda train sft`, `coda eval`: thin wrappers over `coda.policy` and the splits.
+
+Mounted by `coda.cli`: `demos_app` as `coda demos`, `train_app` as `coda train`, `eval_command` as
+`coda eval`. Training scenes default to split seed 0 and evaluation scenes to seed 1, so a policy is never
+evaluated on the exact scenes it was trained on (OOD splits share the per-scene stream of their seed's
+sft split: see `coda.scene.splits`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from coda.cli.common import console, err_console, one_line_errors
+
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", help="tiny | quick | full")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML or JSON config file")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override, e.g. --set policy.chunk_len=8")]
+FamilyOpt = Annotated[str, typer.Option("--family", help="pick_place | stack | push | drawer")]
+SplitOpt = Annotated[str, typer.Option("--split", help="sft | position | instruction | task | object | distractor | physics")]
+
+demos_app = typer.Typer(help="Expert demonstrations.", no_args_is_help=True, add_completion=False,
+                        pretty_exceptions_enable=False)
+train_app = typer.Typer(help="Policy training.", no_args_is_help=True, add_completion=False,
+                        pretty_exceptions_enable=False)
+
+
+def _scenes(family: str, split: str, n: int, seed: int, check: bool, workers: int = 1) -> list[Any]:
+    """n scenes of a split; with `check`, only scenes the simulator builds and the expert solves."""
+    from coda.scene.splits import build_split, make_split
+
+    if not check:
+        return make_split(family, split, n, seed)
+    result = build_split(family, split, n, seed, workers=workers)
+    if len(result.valid) < n:
+        err_console.print(f"warning: only {len(result.valid)} of {n} scenes passed the validity check: {result.reasons()}")
+    return result.valid
+
+
+@demos_app.command("collect")
+@one_line_errors
+def demos_collect(
+    family: FamilyOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="dataset directory to write")],
+    split: SplitOpt = "sft",
+    n: Annotated[int, typer.Option("--n", min=1, help="number of scenes")] = 200,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="split seed (training data: 0)")] = 0,
+    check: Annotated[bool, typer.Option("--check/--no-check", help="keep only scenes that pass the validity check")] = True,
+    append: Annotated[bool, typer.Option("--append", help="add to an existing dataset")] = False,
+    keep_failures: Annotated[bool, typer.Option("--keep-failures", help="also store episodes the expert failed")] = False,
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Record one scripted-expert episode per scene of FAMILY/SPLIT into a Parquet demo dataset."""
+    from coda.config import build_config
+    from coda.policy.data import collect_demos
+    from coda.sim.backends import make_env
+    from coda.sim.tabletop.experts import expert_for
+
+    cfg = build_config(preset, config, set_ or [])
+    specs = _scenes(family, split, n, seed, check)
+    env = make_env(cfg.sim)
+    try:
+        report = collect_demos(env, specs, lambda s: expert_for(s, cfg.sim.expert_chunk), out,
+                               append=append, keep_failures=keep_failures, progress=True)
+    finally:
+        env.close()
+    console.print(
+        f"wrote {report.written} episodes ({report.steps} steps) to {out}; expert solved "
+        f"{report.succeeded}/{report.attempted} scenes", highlight=False,
+    )
+
+
+@train_app.command("sft")
+@one_line_errors
+def train_sft_command(
+    demos: Annotated[list[Path], typer.Option("--demos", help="demo dataset directory (repeatable)")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="checkpoint file to write")],
+    steps: Annotated[Optional[int], typer.Option("--steps", min=1, help="training steps (default policy.train_steps)")] = None,
+    metrics: Annotated[Optional[Path], typer.Option("--metrics", help="JSONL metrics file (default: next to the checkpoint)")] = None,
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Behaviour cloning of the chunk policy on demonstration datasets (the `sft` setting)."""
+    from coda.config import build_config
+    from coda.policy.train import train_sft
+
+    cfg = build_config(preset, config, set_ or [])
+    metrics = metrics or out.with_suffix(".metrics.jsonl")
+    _, result = train_sft(demos, cfg.policy, out, steps=steps, metrics_path=metrics, progress=True)
+    console.print(
+        f"trained {result.steps} steps in {result.wall_s:.0f} s ({result.samples_per_s:.0f} samples/s); "
+        f"final bc loss {result.metrics.get('bc', float('nan')):.4f}; checkpoint {out}; metrics {metrics}",
+        highlight=False,
+    )
+
+
+@one_line_errors
+def eval_command(
+    checkpoint: Annotated[Path, typer.Option("--checkpoint", help="policy checkpoint file")],
+    family: FamilyOpt,
+    split: SplitOpt = "sft",
+    n: Annotated[int, typer.Option("--n", min=1, help="number of scenes")] = 50,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="split seed (evaluation: 1)")] = 1,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="rollout processes")] = 1,
+    value_guided: Annotated[Optional[int], typer.Option("--value-guided-samples", min=0, help="candidates for value-guided selection")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="also write the result as JSON here")] = None,
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Success rate of a checkpoint on FAMILY/SPLIT with a Wilson 95% interval."""
+    from coda.config import build_config
+    from coda.engine.rollout import evaluate_checkpoint
+    from coda.policy.checkpoint import read_checkpoint
+    from coda.policy.stats import success_summary
+
+    cfg = build_config(preset, config, set_ or [])
+    read_checkpoint(checkpoint)  # fail fast, with the checkpoint's own error, before building scenes
+    specs = _scenes(family, split, n, seed, check=True, workers=workers)
+    overrides = {"value_guided_samples": value_guided} if value_guided is not None else None
+    rollouts = evaluate_checkpoint(checkpoint, specs, cfg.sim, workers=workers, record_states=False, overrides=overrides)
+    summary = success_summary([r.success for r in rollouts])
+    table = Table(title=f"{checkpoint} on {family}/{split} (seed {seed})")
+    for col in ("n", "success", "95% CI"):
+        table.add_column(col)
+    lo, hi = summary["ci95"]  # type: ignore[misc]
+    table.add_row(str(summary["n"]), f"{summary['success']:.3f}", f"[{lo:.3f}, {hi:.3f}]")
+    console.print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps({family: {split: summary}}, indent=2))
+
+
+__all__ = ["demos_app", "train_app", "eval_command"]
