@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coda.policy.data import DemoDataset, DemoWriter, Episode, collect_demos
+from coda.policy.data import DemoDataset, DemoWriter, Episode, collect_demos, corrective_episode
 from coda.policy.errors import DatasetError
 from coda.policy.samples import ChunkDataset
 from policy_synthetic import PointReachEnv, ReachExpert, expert_episodes, make_specs
@@ -110,3 +110,18 @@ def test_bad_datasets_are_named(tmp_path: Path) -> None:
         list(DemoDataset(tmp_path / "ok").episodes())
     with pytest.raises(DatasetError, match="has 2 observations for 2 actions"):
         Episode(eps[0].observations[:2], eps[0].actions[:2], eps[0].rewards[:2], True, True, spec_id="x")
+
+
+def test_corrective_episode_replays_and_labels_every_k(hashing) -> None:
+    env = PointReachEnv(max_steps=8)
+    spec = make_specs(1, seed=6)[0]
+    drift = np.array([[*spec.start[:2], 0.2, 0.0, 1.0]] * 8, np.float32)  # a policy that never moves
+    ep = corrective_episode(
+        env, spec, drift, ReachExpert(k=4), label_every=2
+    )
+    assert ep.corrective and not ep.success and ep.length == 8 and not ep.terminated
+    assert [lab is not None for lab in ep.label_chunks] == [True, False] * 4 + [False]
+    env.reset_to(spec)
+    np.testing.assert_array_equal(ep.label_chunks[0], ReachExpert(k=4).act(env.state()))
+    data = ChunkDataset([ep], hashing, chunk_len=4)
+    assert data.n_bc == 4 and data.n_critic == 8

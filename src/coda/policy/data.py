@@ -368,6 +368,36 @@ def run_expert_episode(env: Any, spec: Any, expert: Any, max_steps: int | None =
     )
 
 
+def corrective_episode(env: Any, spec: Any, actions: np.ndarray, expert: Any, label_every: int = 1) -> Episode:
+    """Relabel a (failed) trajectory with expert chunks: replay `actions` from `spec` and, every
+    `label_every` steps, store the expert's chunk `expert.act(state)` at that state.
+
+    Replaying works because the env is deterministic: the same spec and actions give the same states.
+    The result is flagged `corrective`; its executed actions and rewards are the replayed ones.
+    """
+    acts = np.asarray(actions, dtype=np.float32).reshape(-1, ACTION_DIM)
+    obs, info = env.reset_to(spec)
+    observations, rewards, labels = [obs], [], []
+    terminated = False
+    success = bool(info.get("success", False))
+    for t, a in enumerate(acts):
+        labels.append(np.asarray(expert.act(env.state()), np.float32).reshape(-1, ACTION_DIM) if t % label_every == 0 else None)
+        obs, reward, terminated, truncated, info = env.step(a)
+        observations.append(obs)
+        rewards.append(float(reward))
+        success = bool(info.get("success", False))
+        if terminated or truncated:
+            acts = acts[: t + 1]
+            break
+    labels.append(None)  # the final observation has no action to label
+    return Episode(
+        observations=observations, actions=acts, rewards=np.asarray(rewards, np.float32), terminated=bool(terminated),
+        success=success, label_chunks=labels, corrective=True, spec_id=str(getattr(spec, "spec_id", "")),
+        family=str(getattr(spec, "family", "")),
+        split=str(getattr(getattr(spec, "provenance", None), "split", "") or ""),
+    )
+
+
 def collect_demos(
     env: Any,
     specs: Sequence[Any],
