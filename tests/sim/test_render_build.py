@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from coda.sim.config import SimConfig
-from coda.sim.tabletop import build_model, build_scene
+from coda.sim.tabletop import build_model
 from coda.sim.tabletop.builder import BuildError, substeps_for
 from coda.sim.tabletop.env import TabletopEnv
 from coda.sim.tabletop.render import RenderError, render_png

@@ -356,7 +356,7 @@ def build_model(spec: ScenarioSpec, config: SimConfig | None = None) -> mujoco.M
 
 
 def _index(spec: ScenarioSpec, m: mujoco.MjModel, substeps: int) -> SceneIndex:
-    ents = (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)
+    ents: tuple[G.Entity, ...] = (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)
     n = len(ents)
     kinds = tuple(
         "object" if isinstance(e, ObjectSpec) else "container" if isinstance(e, ContainerSpec)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from coda.scene.spec import WORKSPACE, ContainerSpec, DrawerSpec, ObjectSpec, RegionSpec
 
+Entity = ObjectSpec | ContainerSpec | DrawerSpec | RegionSpec  # anything a scene places on the table
+
 # ---- table ---------------------------------------------------------------------------------------
 TABLE_HALF = (0.50, 0.50, 0.025)  # half extents of the table slab; its top face is z = 0
 
@@ -113,7 +115,7 @@ class Footprint:
         return math.hypot(self.hx, self.hy)
 
 
-def footprint(entity: ObjectSpec | ContainerSpec | DrawerSpec | RegionSpec) -> Footprint:
+def footprint(entity: Entity) -> Footprint:
     """The table area an entity covers (a drawer's includes its fully opened drawer and handle).
 
     Objects stacked `on` another report the height of their own extent only (placement is the caller's).

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from coda.scene.spec import WORKSPACE, ContainerSpec, DrawerSpec, ObjectSpec, RegionSpec, ScenarioSpec
+from coda.scene.spec import WORKSPACE, ContainerSpec, RegionSpec, ScenarioSpec
 from coda.sim.config import SimConfig
 from coda.sim.tabletop import geometry as G
 
@@ -75,7 +75,7 @@ def _rects_overlap(a: G.Footprint, b: G.Footprint) -> bool:
 
 
 def _static_checks(spec: ScenarioSpec) -> ValidityResult | None:
-    ents = (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)
+    ents: tuple[G.Entity, ...] = (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)
     for e in ents:
         x, y = _center(e)
         if not _in_box(x, y):
@@ -85,7 +85,7 @@ def _static_checks(spec: ScenarioSpec) -> ValidityResult | None:
         for cx, cy in G.footprint(e).corners():
             if abs(cx) > edge or abs(cy) > G.TABLE_HALF[1]:
                 return _bad("off_table", entity=e.name, corner=(round(cx, 3), round(cy, 3)), table_half=G.TABLE_HALF[:2])
-    fixtures = [*spec.containers, *spec.drawers]
+    fixtures: list[G.Entity] = [*spec.containers, *spec.drawers]
     for i, a in enumerate(fixtures):  # fixed bodies never collide in MuJoCo: compare footprints instead
         for b in fixtures[i + 1:]:
             if _rects_overlap(G.footprint(a), G.footprint(b)):
