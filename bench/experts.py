@@ -103,6 +103,11 @@ def main() -> None:
                     progress.update(task, description=f"{family}/{split}")
                     cell = run_cell(family, split, n, args.seed, pool, lambda: progress.advance(task))
                     results.setdefault(family, {})[split] = cell
+                    progress.console.print(  # a line per cell, also when the output is not a terminal
+                        f"{family}/{split}: success {cell['success']:.3f} over {cell['n']} valid scenes "
+                        f"({cell['candidates']} generated, rejected {cell['rejected']}) in {cell['seconds']} s",
+                        highlight=False,
+                    )
     finally:
         if pool:
             pool.shutdown()

@@ -68,6 +68,7 @@ class BaseParams(BaseModel):
     goal_region: str = "table"  # container / bottom box / goal region / cabinet position
     alt_region: str = "table"  # second container (pick_place) or second region (push)
     others_region: str = "table"  # where the other objects go
+    wide_region: str = "table"  # push: where the second wide (push-sized) object goes
     n_others: tuple[int, int] = (1, 3)  # inclusive range of other objects (push: small ones besides the wide one)
     with_alt: bool = True  # add the alternative container / region (+ wide object for push)
     colors: tuple[str, ...] = tuple(PALETTE)  # object colours
@@ -85,7 +86,7 @@ class BaseParams(BaseModel):
     clearance: float = Field(0.03, ge=0, le=0.1)  # gap between sampled footprints, metres
     max_tries: int = Field(500, ge=1)  # placement tries per entity
 
-    @field_validator("target_region", "goal_region", "alt_region", "others_region")
+    @field_validator("target_region", "goal_region", "alt_region", "others_region", "wide_region")
     @classmethod
     def _known_region(cls, v: str) -> str:
         if v not in REGIONS:
@@ -328,7 +329,7 @@ def _push(rng: np.random.Generator, p: BaseParams) -> ScenarioSpec:
     if p.with_alt:
         regions.append(_placed(rng, _region(rng, "r_alt", used, p.region_colors), p.alt_region, occupied, p))
         wide = _new_object(rng, "o_wide", shapes, p.colors, p.target_half, 0.0, taken, 0.0, wide=p.push_half)
-        objects.append(_placed(rng, wide, p.others_region, occupied, p))
+        objects.append(_placed(rng, wide, p.wide_region, occupied, p))
     objects += _others(rng, p, taken, occupied, 0)
     return _finish(rng, "push", objects, GoalPredicate(name="at_region", args=(target.name, goal_r.name)), regions=regions)
 

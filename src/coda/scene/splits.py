@@ -79,7 +79,7 @@ SFT_PARAMS: dict[str, dict[str, Any]] = {
     ),
     "push": dict(
         _COMMON_SFT, target_region="spot_center", goal_region="spot_far", alt_region="near_left",
-        others_region="far_right", n_others=(0, 0), target_shapes=("box",), other_shapes=("box",),
+        wide_region="far_right", others_region="near_right", n_others=(1, 1), target_shapes=("box",), other_shapes=("box",),
         push_half=(0.05, 0.056), region_colors=SFT_REGION_COLORS,
     ),
     "drawer": dict(
