@@ -45,10 +45,14 @@ def doctor(
 
 
 from coda.cli.memory import app as memory_app  # noqa: E402
+from coda.cli.policy import demos_app, eval_command, train_app  # noqa: E402
 from coda.cli.scenes import app as scenes_app  # noqa: E402
 
 app.add_typer(memory_app, name="memory")
 app.add_typer(scenes_app, name="scenes")
+app.add_typer(demos_app, name="demos")
+app.add_typer(train_app, name="train")
+app.command("eval")(eval_command)
 
 @app.command("run")
 @one_line_errors
