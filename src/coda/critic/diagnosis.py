@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from coda.errors import CodaError, SchemaVersionError
 from coda.scene.spec import ScenarioSpec, format_validation_error
-from coda.shaping.program import STAGE_KINDS
+from coda.shaping.program import STAGE_KINDS, entity_kinds
 
 DIAGNOSIS_SCHEMA_VERSION = 1
 
@@ -132,7 +132,8 @@ def diagnosis_json_schema() -> dict[str, Any]:
     Every property is required and no extra properties are allowed; length limits are enforced on our
     side by pydantic (several endpoints reject minLength/maxLength in strict mode).
     """
-    return _strict(DiagnosisAnswer.model_json_schema())
+    schema: dict[str, Any] = _strict(DiagnosisAnswer.model_json_schema())
+    return schema
 
 
 def _strict(node: Any) -> Any:
@@ -201,7 +202,7 @@ def parse_diagnosis(
 
 def scene_mismatch(answer: DiagnosisAnswer, spec: ScenarioSpec) -> str | None:
     """Why an answer's entity names do not fit the scene, or None if they do."""
-    names = {e.name for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)}
+    names = set(entity_kinds(spec))
     for i, o in enumerate(answer.objects):
         if o not in names:
             return f"diagnosis field 'objects.{i}' = {o!r} is not an entity of the scene (have {sorted(names)})"

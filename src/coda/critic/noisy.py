@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -117,7 +117,7 @@ def _corrupt(d: Diagnosis, episode: EpisodeRecord, kind: CorruptionKind, rng: np
 
 
 def _apply(
-    d: Diagnosis, episode: EpisodeRecord, kind: CorruptionKind, field: str, before: object, after: object, update: dict
+    d: Diagnosis, episode: EpisodeRecord, kind: CorruptionKind, field: str, before: object, after: object, update: dict[str, Any]
 ) -> tuple[Diagnosis, Corruption]:
     rec = Corruption(
         episode_id=episode.episode_id,
@@ -149,4 +149,4 @@ def _wrong_factor(old: SceneFactor | None, episode: EpisodeRecord, rng: np.rando
     else:
         value = ("friction_scale=0.4", "mass_scale=3", "gravity=14")[int(rng.integers(3))]
         ent = None
-    return SceneFactor(kind=kind, entity=ent, value=value, detail="")  # type: ignore[arg-type]
+    return SceneFactor(kind=kind, entity=ent, value=value, detail="")

@@ -33,7 +33,8 @@ from coda.critic.diagnosis import CriticResult, Diagnosis, DiagnosisRejected, Sc
 from coda.critic.trace import MOVED, TraceFacts, trace_facts
 from coda.scene.language import size_word
 from coda.scene.regions import grid_region_of
-from coda.scene.spec import ObjectSpec, ScenarioSpec
+from coda.scene.spec import ObjectSpec, RegionSpec, ScenarioSpec
+from coda.shaping.program import entity_kinds
 from coda.shaping.resolve import entity_words
 from coda.shaping.text2potential import canonical_plan
 
@@ -60,7 +61,7 @@ RELEVANT: dict[str, tuple[str, ...]] = {
 
 def _pos(spec: ScenarioSpec, name: str) -> tuple[float, float]:
     e = spec.entity(name)
-    return tuple(getattr(e, "pos", None) or e.center)  # type: ignore[attr-defined, return-value]
+    return e.center if isinstance(e, RegionSpec) else e.pos
 
 
 def _nearest_other(spec: ScenarioSpec, near: str | None) -> str | None:
@@ -110,7 +111,7 @@ def provenance_factor(spec: ScenarioSpec, tag: str) -> SceneFactor | None:
 
 
 def _names(spec: ScenarioSpec) -> set[str]:
-    return {e.name for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)}
+    return set(entity_kinds(spec))
 
 
 def _heuristic_factors(mode: str, f: TraceFacts, involved: list[str]) -> list[SceneFactor]:
@@ -245,8 +246,8 @@ class PrivilegedCritic:
         names = _names(episode.spec)
         objects = tuple(dict.fromkeys(n for n in involved if n in names))
         return Diagnosis(
-            failure_mode=mode,  # type: ignore[arg-type]
-            stage_reached=f.stage_reached,  # type: ignore[arg-type]
+            failure_mode=mode,
+            stage_reached=f.stage_reached,
             objects=objects,
             factors=_factors(mode, f, list(objects)),
             explanation=explanation,

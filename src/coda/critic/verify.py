@@ -39,6 +39,7 @@ from coda.critic.trace import MOVED, TraceFacts, trace_facts
 from coda.errors import CodaError
 from coda.scene.spec import PALETTE, ScenarioSpec
 from coda.shaping.config import ShapingConfig
+from coda.shaping.program import entity_kinds
 from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time, try_parse_plan
 
 VERDICT_SCHEMA_VERSION = 1
@@ -217,7 +218,7 @@ def _role(name: str | None, spec: ScenarioSpec) -> str:
     if len(g.args) > 1 and name == g.args[1]:
         return "goal"
     goal = {a for x in spec.goal for a in x.args}
-    if any(name == e.name for e in (*spec.containers, *spec.regions)) and name not in goal:
+    if entity_kinds(spec).get(name) in ("container", "region") and name not in goal:
         return "alt"
     return "other"
 

@@ -66,7 +66,7 @@ def shaping_term(phi_s: X, phi_next: X, gamma: float, terminal: Any = False) -> 
         ShapingError: gamma outside [0, 1].
     """
     _check_gamma(gamma)
-    return gamma * _end_phi(phi_next, terminal) - phi_s  # type: ignore[operator,no-any-return]
+    return gamma * _end_phi(phi_next, terminal) - phi_s  # type: ignore[no-any-return]
 
 
 def chunk_shaping(phi_t: X, phi_th: X, gamma: float, h: int, terminal: Any = False) -> X:
@@ -82,7 +82,7 @@ def chunk_shaping(phi_t: X, phi_th: X, gamma: float, h: int, terminal: Any = Fal
     _check_gamma(gamma)
     if h < 1:
         raise ShapingError(f"chunk length h = {h!r} must be >= 1")
-    return gamma**h * _end_phi(phi_th, terminal) - phi_t  # type: ignore[operator,no-any-return]
+    return gamma**h * _end_phi(phi_th, terminal) - phi_t  # type: ignore[no-any-return]
 
 
 def discounted_sum(rewards: Sequence[float] | np.ndarray, gamma: float) -> float:

@@ -143,7 +143,8 @@ class StageProgram(BaseModel):
 def entity_kinds(spec: ScenarioSpec) -> dict[str, str]:
     """Entity name → "object" | "container" | "drawer" | "region"."""
     out: dict[str, str] = {}
-    for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions):
+    entities: list[ObjectSpec | ContainerSpec | DrawerSpec | RegionSpec] = [*spec.objects, *spec.containers, *spec.drawers, *spec.regions]
+    for e in entities:
         out[e.name] = _kind_of(e)
     return out
 

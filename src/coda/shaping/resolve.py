@@ -60,7 +60,6 @@ OBJECT_WORDS = frozenset({"object", "item", "thing", "piece", "one", "toy"})
 STOP_WORDS = frozenset(
     {"the", "a", "an", "that", "this", "its", "of", "same", "s", "target", "goal", "correct", "marked"}
 )
-PRONOUNS = frozenset({"it", "them", "itself"})
 
 
 @dataclass(frozen=True)
@@ -105,6 +104,11 @@ def read_phrase(phrase: str, names: set[str]) -> PhraseKey:
         else:
             raise PlanParseError(f"cannot map phrase '{phrase.strip()}': unknown word '{w}'", phrase.strip())
     return PhraseKey(kind=kind, color=color, size=size, shape=shape, container=container, name=name)
+
+
+def all_entities(spec: ScenarioSpec) -> list[Entity]:
+    """Every entity of a scene: objects, containers, drawers, regions (in that order)."""
+    return [*spec.objects, *spec.containers, *spec.drawers, *spec.regions]
 
 
 def entity_kind(e: Entity) -> str:
@@ -152,7 +156,7 @@ def resolve(phrase: str, spec: ScenarioSpec, kinds: tuple[str, ...] | None = Non
         PlanParseError: unknown word, no matching entity, or several (each named with its words).
     """
     text = phrase.strip()
-    entities: list[Entity] = [*spec.objects, *spec.containers, *spec.drawers, *spec.regions]
+    entities = all_entities(spec)
     key = read_phrase(text, {e.name for e in entities})
     if key.name is not None:
         hit = [e for e in entities if e.name == key.name]

@@ -15,8 +15,8 @@ object last mentioned). Anything that cannot be mapped raises `PlanParseError` n
 **Potential.** `Φ(s) = (k(s) + p(s)) / K`: K stages, k(s) the furthest stage whose predicate holds in s
 (stage predicates are cumulative, see `coda.shaping.stages`), p(s) ∈ [0, 1] the progress of stage k + 1
 (0 when k = K), capped at 0.99 so that Φ = 1 exactly when the last stage holds and finishing a stage
-always raises Φ. Φ reads the current state only, as
-potential-based shaping requires; for terminal states use Φ = 0 (`coda.shaping.math`).
+always raises Φ. Φ reads the current state only, as potential-based shaping requires; for terminal
+states use Φ = 0 (`coda.shaping.math`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from coda.scene.spec import GoalPredicate, ScenarioSpec, format_validation_error
 from coda.shaping.program import ProgramError, Stage, StageProgram, entity_kinds, program_json_schema
-from coda.shaping.resolve import PlanParseError, entity_words, resolve
+from coda.shaping.resolve import PlanParseError, all_entities, entity_words, resolve
 from coda.shaping.stages import STAGES, make_context
 
 __all__ = [
@@ -440,7 +440,7 @@ def translate_plan(text: str, spec: ScenarioSpec, endpoint: ChatJSON) -> StagePr
     and names entities of `spec` with the right kinds; otherwise a PlanRejected record says why.
     Endpoint errors (e.g. `CriticUnavailable`) propagate.
     """
-    scene = "\n".join(f"- {e.name}: {entity_words(e)}" for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions))
+    scene = "\n".join(f"- {e.name}: {entity_words(e)}" for e in all_entities(spec))
     messages = [
         {"role": "system", "content": _TRANSLATE_PROMPT},
         {"role": "user", "content": f"Scene entities:\n{scene}\n\nPlan:\n{text}"},
@@ -461,7 +461,7 @@ def translate_plan(text: str, spec: ScenarioSpec, endpoint: ChatJSON) -> StagePr
     return prog.model_copy(update={"source": text})
 
 
-def spearman_with_time(values: Sequence[float]) -> float:
+def spearman_with_time(values: Sequence[float] | np.ndarray) -> float:
     """Spearman rank correlation of a sequence with its time index (1.0 = never decreases; nan if constant)."""
     from scipy.stats import spearmanr
 
