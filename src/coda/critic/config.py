@@ -15,7 +15,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 class CriticConfig(Section):
     name: str = "privileged"  # registered critic that diagnoses failures
     fallback: str | None = None  # registered critic used when `name` is unavailable (None = fail loudly)
-    base_url: str | None = None  # OpenAI-compatible endpoint for the `vlm` critic, e.g. http://127.0.0.1:8000/v1
+    base_url: str | None = None  # OpenAI-compatible endpoint of the `vlm` critic (required by it), e.g. http://127.0.0.1:8000/v1
     model: str = "gpt-4o-mini"  # model name sent to the endpoint
     api_key_env: str | None = "OPENAI_API_KEY"  # name of the env variable holding the key (None = keyless server)
     timeout_s: float = Field(30.0, gt=0)  # per-request timeout (s)
@@ -41,9 +41,6 @@ class CriticConfig(Section):
             raise ValueError(f"fallback ({self.fallback!r}) must differ from name ({self.name!r})")
         if self.noisy_base == "noisy":
             raise ValueError("noisy_base ('noisy') cannot wrap itself")
-        uses_endpoint = "vlm" in (self.name, self.fallback) or (self.name == "noisy" and self.noisy_base == "vlm")
-        if uses_endpoint and not self.base_url:
-            raise ValueError(f"base_url ({self.base_url!r}) is required when the 'vlm' critic is used")
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url ({self.base_url!r}) must start with http:// or https://")
         if self.api_key_env is not None and not _ENV_NAME.fullmatch(self.api_key_env):

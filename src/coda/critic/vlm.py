@@ -25,6 +25,7 @@ from PIL import Image
 from coda.critic.base import CriticUnavailable, EpisodeRecord, Keyframe
 from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import CriticResult, DiagnosisRejected, diagnosis_json_schema, parse_diagnosis, prompt_taxonomy
+from coda.errors import ConfigError
 from coda.scene.language import describe
 
 log = logging.getLogger(__name__)
@@ -72,10 +73,13 @@ class ChatEndpoint:
         cfg: the critic config (base URL, model, key variable name, timeout, retries, backoff, format).
 
     Raises:
+        ConfigError: no base_url configured.
         CriticUnavailable: the key variable is named but not set.
     """
 
     def __init__(self, cfg: CriticConfig) -> None:
+        if not cfg.base_url:
+            raise ConfigError("critic.base_url is not set; the 'vlm' critic needs an OpenAI-compatible endpoint URL")
         self.cfg = cfg
         self.base_url = cfg.base_url
         key = _NO_KEY
