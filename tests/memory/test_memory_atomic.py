@@ -109,12 +109,11 @@ def test_sigkill_mid_phase_leaves_whole_phases_and_resume_writes_each_once(backe
 @pytest.mark.timeout(180)
 def test_reader_polling_during_commits_never_sees_torn_state(backend) -> None:  # type: ignore[no-untyped-def]
     rounds, n = 3, 8
-    backend.run_dir.mkdir(parents=True)
-    proc, events = fork_writer(backend, rounds, n=n, sleep=0.005)
     seen: set[int] = set()
     polls = 0
-    try:
-        with backend.open() as mem:  # opened while the writer opens it too: schema creation must not race
+    with backend.open() as mem:
+        proc, events = fork_writer(backend, rounds, n=n, sleep=0.01)
+        try:
             while proc.is_alive():
                 with mem.snapshot() as view:
                     seen.add(len(check_invariant(view, rounds, n)))
@@ -123,13 +122,32 @@ def test_reader_polling_during_commits_never_sees_torn_state(backend) -> None:  
             proc.join(30)
             with mem.snapshot() as view:
                 assert check_invariant(view, rounds, n) == all_phases(rounds)
-    finally:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(30)
+        finally:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(30)
     assert proc.exitcode == 0
     intermediate = seen - {0, len(all_phases(rounds))}
     assert len(intermediate) >= 2, f"the reader should observe commits in progress (saw {sorted(seen)} in {polls} polls)"
+
+
+def _open_and_create_run(backend, start: Any, index: int) -> None:  # type: ignore[no-untyped-def]
+    start.wait(30)
+    with backend.open() as mem:
+        mem.create_run(f"opener-{index}", config={}, seed=index, strategy="test")
+
+
+def test_processes_opening_a_fresh_memory_at_once_create_the_schema_once(backend) -> None:  # type: ignore[no-untyped-def]
+    start = FORK.Event()
+    procs = [FORK.Process(target=_open_and_create_run, args=(backend, start, i)) for i in range(3)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    with backend.open() as mem:
+        assert sorted(r.id for r in mem.runs()) == ["opener-0", "opener-1", "opener-2"]
 
 
 def test_invariant_check_detects_a_torn_phase(tmp_path: Path) -> None:

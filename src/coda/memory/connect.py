@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
@@ -85,7 +85,7 @@ def open_memory(
         read_options = dict(READ_OPTIONS_POSTGRES)
     engine = build_engine(parsed, connect_timeout_s=connect_timeout_s, busy_timeout_s=busy_timeout_s, readonly=readonly)
     try:
-        _prepare_schema(engine, where, readonly)
+        _prepare_schema(engine, read_options, where, readonly)
     except BaseException:
         engine.dispose()
         raise
@@ -118,13 +118,15 @@ def _sqlite_version_readonly(db_file: Path, where: str) -> int | None:
         con.close()
 
 
-def _prepare_schema(engine: Engine, where: str, readonly: bool) -> None:
+def _prepare_schema(engine: Engine, read_options: dict[str, Any], where: str, readonly: bool) -> None:
     try:
+        # Look first, in a read transaction: a newer database is refused, an up-to-date one opened, with no
+        # write and no write lock (on SQLite a write lock would queue behind a busy writer).
+        with engine.execution_options(**read_options).connect() as conn:
+            found = schema.read_version(conn)
+            conn.rollback()
+        schema.check_readable(found, where)
         if readonly:
-            with engine.connect() as conn:
-                found = schema.read_version(conn)
-                conn.rollback()
-            schema.check_readable(found, where)
             if found is None:
                 raise MemoryStoreError(f"memory database {where} holds no CoDA memory (no schema version)")
             if found < schema.SCHEMA_VERSION:
@@ -133,11 +135,9 @@ def _prepare_schema(engine: Engine, where: str, readonly: bool) -> None:
                     f"({schema.SCHEMA_VERSION}); open it once read-write to upgrade it"
                 )
             return
-        with engine.connect() as conn:
-            # Look before locking: a newer database is refused without any write or lock.
-            schema.check_readable(schema.read_version(conn), where)
-            conn.rollback()
-        with engine.begin() as conn:
+        if found == schema.SCHEMA_VERSION:
+            return
+        with engine.begin() as conn:  # create or upgrade; ensure_schema looks again under the lock
             schema.lock_for_schema(conn)
             schema.ensure_schema(conn, where)
     except CodaError:
