@@ -81,29 +81,32 @@ def test_sql_reads_with_bound_parameters(backend) -> None:  # type: ignore[no-un
     assert state(backend) == before
 
 
-@pytest.mark.parametrize(
-    ("query", "params", "message"),
-    [
-        ("INSERT INTO runs (id, created, config, seed, strategy, status) VALUES ('x', '2026-01-01', '{}', 0, 's', 'r')",
-         [], "a 'INSERT' statement is refused"),
-        ("DELETE FROM episodes WHERE id = :i", ["i=1"], "a 'DELETE' statement is refused"),
-        ("update episodes set success = true", [], "a 'UPDATE' statement is refused"),
-        ("SELECT 1; DROP TABLE episodes", [], "one statement at a time"),
-        ("SELECT 1; COMMIT; DELETE FROM runs", [], "one statement at a time"),
-        ("WITH gone AS (DELETE FROM episodes RETURNING id) SELECT count(*) FROM gone", [], "the database refused"),
-        ("/* harmless */ DELETE FROM episodes", [], "a 'DELETE' statement is refused"),
-    ],
-)
-def test_sql_refuses_writes_and_leaves_the_database_unchanged(backend, query: str, params: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+WRITES = [
+    ("INSERT INTO runs (id, created, config, seed, strategy, status) VALUES ('x', '2026-01-01', '{}', 0, 's', 'r')",
+     [], "a 'INSERT' statement is refused"),
+    ("DELETE FROM episodes WHERE id = :i", ["i=1"], "a 'DELETE' statement is refused"),
+    ("update episodes set success = true", [], "a 'UPDATE' statement is refused"),
+    ("SELECT 1; DROP TABLE episodes", [], "one statement at a time"),
+    ("SELECT 1; COMMIT; DELETE FROM runs", [], "one statement at a time"),
+    ("/* harmless */ DELETE FROM episodes", [], "a 'DELETE' statement is refused"),
+    # Passes the statement check; the database itself must refuse it (SQLite: mode=ro + query_only;
+    # PostgreSQL: READ ONLY transaction). SQLite has no DELETE inside a CTE (skipped there), only after one.
+    ("WITH gone AS (DELETE FROM episodes RETURNING id) SELECT count(*) FROM gone", [], "the database refused"),
+    ("WITH t AS (SELECT 1) DELETE FROM episodes", [], "the database refused"),
+]
+
+
+def test_sql_refuses_writes_and_leaves_the_database_unchanged(backend) -> None:  # type: ignore[no-untyped-def]
     populate(backend)
-    if backend.name == "sqlite" and query.startswith("WITH gone"):
-        query = "WITH t AS (SELECT 1) DELETE FROM episodes"  # SQLite: no DELETE inside a CTE, but after one
     before = state(backend)
-    args = [a for p in params for a in ("--param", p)]
-    res = cli(backend, "sql", str(backend.run_dir), query, *args)
-    assert res.exit_code == 2 and message in res.output, res.output
-    assert res.output.strip().count("\n") == 0
-    assert state(backend) == before
+    for query, params, message in WRITES:
+        if "RETURNING" in query and backend.name == "sqlite":
+            continue
+        args = [a for p in params for a in ("--param", p)]
+        res = cli(backend, "sql", str(backend.run_dir), query, *args)
+        assert res.exit_code == 2 and message in res.output, (query, res.output)
+        assert res.output.strip().count("\n") == 0
+        assert state(backend) == before, query
 
 
 @pytest.mark.parametrize(
