@@ -17,3 +17,11 @@ class EngineConfig(Section):
     explore_share: float = Field(0.25, ge=0, le=1)  # budget share for new random variations (coda strategies)
     max_diagnoses: int = Field(8, ge=0)  # failed probe episodes diagnosed and verified per round
     seed: int = 0  # master seed of the run
+    mode_merge_threshold: float = Field(0.8, ge=-1, le=1)  # explanation cosine that merges groups of one failure mode under different keys
+    solved_threshold: float = Field(0.9, gt=0, le=1)  # probe success at which a failure mode is solved and retired
+    stuck_rounds: int = Field(2, ge=1)  # rounds without progress after which a failure mode is stuck
+    min_progress: float = Field(0.05, ge=0, le=1)  # success gain a round needs to count as progress
+    max_level: int = Field(3, ge=0, le=6)  # widest variation level of a generation program
+    expert_weight: float = Field(1.0, ge=0)  # data weight of expert demos in generated scenes
+    corrective_weight: float = Field(1.0, ge=0)  # data weight of corrective demos from failure states
+    replay_weight: float = Field(0.5, ge=0)  # data weight of the SFT demos replayed against forgetting
