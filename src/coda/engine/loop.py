@@ -4,7 +4,7 @@ Round 0 (every strategy):
     scenes   → the fixed evaluation splits (sft in-distribution + OOD axes) and the SFT training scenes
     demos    → expert demonstrations in the SFT training scenes
     train    → behaviour cloning: the SFT policy checkpoint
-    evaluate → the SFT policy on every evaluation split
+    measure  → the SFT policy on every evaluation split
 
 Rounds 1..R are run by the strategy (`coda.engine.strategies`) with the same phase discipline.
 
@@ -105,10 +105,19 @@ def phase_demos(ctx: RunContext, round_idx: int, specs: Sequence[ScenarioSpec], 
         return final
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
+    from coda.engine.round import replay_states
+    from coda.engine.strategies import scene_potentials
+
     env = TabletopEnv(config=ctx.cfg.sim)
+    pots = scene_potentials(specs)
+
+    def phi(spec: ScenarioSpec, ep: Any) -> np.ndarray:
+        # Φ of the canonical stage plan along the demo, so a shaped critic can use these episodes later
+        return np.asarray(pots[spec.spec_id].phis(replay_states(env, spec, ep.actions)), np.float32)
+
     try:
         report = collect_demos(env, list(specs), lambda s: expert_for(s, ctx.cfg.sim.expert_chunk), tmp,
-                               progress=True)
+                               progress=True, potential_fn=phi)
     finally:
         env.close()
     shutil.rmtree(final, ignore_errors=True)
@@ -143,10 +152,11 @@ def phase_train(ctx: RunContext, round_idx: int, demo_dirs: Sequence[Path], *, s
     return ckpt
 
 
-def phase_evaluate(ctx: RunContext, round_idx: int, checkpoint: Path,
-                   splits: dict[str, dict[str, list[ScenarioSpec]]], *, keyframes: int = 3
-                   ) -> dict[str, dict[str, float]]:
-    """Roll the checkpoint out on every evaluation split; episodes (keyframes of failures kept) to memory.
+def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
+                         splits: dict[str, dict[str, list[ScenarioSpec]]], *, keyframes: int = 3
+                         ) -> dict[str, dict[str, float]]:
+    """Roll the checkpoint out on every evaluation split (phase "measure"); episodes to memory, with
+    keyframes of failures.
 
     Returns:
         {family: {split: success rate}}.
@@ -154,24 +164,25 @@ def phase_evaluate(ctx: RunContext, round_idx: int, checkpoint: Path,
     from coda.memory import Checkpoint, Episode, Scenario
 
     mem = ctx.memory
-    if not mem.phase_done(ctx.run_id, round_idx, "evaluate"):
+    if not mem.phase_done(ctx.run_id, round_idx, "measure"):
         jobs = [(f, s, spec) for f in ctx.families for s in EVAL_SPLITS for spec in splits[f].get(s, [])]
         with progress_bar(ctx.console) as bar:
-            task = bar.add_task(f"round {round_idx} · evaluate", total=len(jobs))
+            task = bar.add_task(f"round {round_idx} · measure", total=len(jobs))
             rollouts = evaluate_checkpoint(checkpoint, [j[2] for j in jobs], ctx.cfg.sim,
                                            workers=ctx.cfg.runtime.workers, keyframes=keyframes,
                                            record_states=False, on_done=lambda i, r: bar.advance(task))
         scen_ids = {r.spec_id: r.id for r in mem.list("scenario", run_id=ctx.run_id)}
         ckpt_rec = [c for c in mem.list("checkpoint", run_id=ctx.run_id) if c.path == ctx.rel(checkpoint)]
-        files = [_episode_artifacts(ctx, round_idx, "evaluate", i, r) for i, r in enumerate(rollouts)]
-        with mem.phase(ctx.run_id, round_idx, "evaluate") as tx:
+        files = [_episode_artifacts(ctx, round_idx, "measure", i, r) for i, r in enumerate(rollouts)]
+        with mem.phase(ctx.run_id, round_idx, "measure") as tx:
             for (family, split, spec), r, arts in zip(jobs, rollouts, files):
                 sid = scen_ids.get(spec.spec_id)
                 if sid is None:  # a scene first seen in this round
                     sid = tx.add(Scenario.from_spec(spec, split=split), exist_ok=True).id
                 tx.add(Episode(scenario_id=sid, policy="policy", checkpoint_id=ckpt_rec[0].id if ckpt_rec else None,
                                seed=0, success=r.success, episode_return=r.episode_return, length=r.length,
-                               artifacts=arts, info={"family": family, "split": split, "error": r.error}),
+                               artifacts=arts, info={"family": family, "split": split, "kind": "eval",
+                                                     "error": r.error}),
                        exist_ok=True)
     return success_table(ctx, round_idx)
 
@@ -194,8 +205,8 @@ def _episode_artifacts(ctx: RunContext, round_idx: int, phase: str, i: int, r: R
     return out
 
 
-def success_table(ctx: RunContext, round_idx: int, phase: str = "evaluate") -> dict[str, dict[str, float]]:
-    """Success rate per family and split of the policy's episodes in one round's evaluate phase."""
+def success_table(ctx: RunContext, round_idx: int, phase: str = "measure") -> dict[str, dict[str, float]]:
+    """Success rate per family and split of the policy's episodes on the evaluation splits in one round."""
     counts: dict[tuple[str, str], list[int]] = {}
     for e in ctx.memory.list("episode", run_id=ctx.run_id, round_idx=round_idx):
         if e.phase != phase or e.policy != "policy":
@@ -238,12 +249,18 @@ def resume_run(run_dir: Path) -> RunContext:
 def run(ctx: RunContext) -> RunResult:
     """Round 0 (SFT), then the strategy's rounds; the report at the end."""
     from coda.engine.report import write_report
+    from coda.engine.strategies import make_strategy, run_round
 
     cfg = ctx.cfg
     splits = phase_scenes(ctx)
     demos = phase_demos(ctx, 0, [s for f in ctx.families for s in splits[f].get("train", [])])
     ckpt = phase_train(ctx, 0, [demos], steps=cfg.policy.train_steps)
-    results = {0: phase_evaluate(ctx, 0, ckpt, splits)}
+    results = {0: phase_measure_splits(ctx, 0, ckpt, splits)}
+    demo_dirs = [demos]
+    strategy = make_strategy(ctx)
+    for r in range(1, cfg.engine.rounds + 1):
+        ckpt, new_demos, results[r] = run_round(ctx, r, strategy, ckpt, splits, demo_dirs)
+        demo_dirs.append(new_demos)
     ctx.memory.set_run_status(ctx.run_id, "done")
     write_report(ctx)
     return RunResult(run_dir=ctx.run_dir, run_id=ctx.run_id, success=results)

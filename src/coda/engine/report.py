@@ -30,7 +30,7 @@ def success_by_round(ctx: RunContext) -> dict[int, dict[str, dict[str, list[int]
     """round -> family -> split -> [successes, episodes] over the policy's evaluate-phase episodes."""
     out: dict[int, dict[str, dict[str, list[int]]]] = {}
     for e in ctx.memory.list("episode", run_id=ctx.run_id):
-        if e.phase != "evaluate" or e.policy != "policy":
+        if e.phase != "measure" or e.info.get("kind") != "eval":
             continue
         c = out.setdefault(e.round, {}).setdefault(e.info["family"], {}).setdefault(e.info["split"], [0, 0])
         c[0] += int(e.success)

@@ -1,0 +1,334 @@
+"""One co-evolution round, top to bottom:
+
+    evaluate → diagnose → verify → compile → generate → train → measure
+
+Every phase is a function of the run context and the previous phases' outputs; each commits its records with
+its phase marker in one transaction (`memory.phase`), and on resume a committed phase is *read back* from
+memory instead of re-run. Strategies (coda, the baselines) differ only in the callables they pass: which probe
+scenes to roll out, whether a critic diagnoses failures, and how the generation budget is spent
+(`coda.engine.strategies`). Training and measurement are the same for every strategy, so a comparison is
+at equal generation budget, equal expert-demo budget and equal training steps.
+
+Episode traces are not stored: the simulator is deterministic, so a stored action sequence re-creates every
+state of an episode exactly (`replay_states`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coda.engine.context import RunContext
+from coda.engine.loop import EVAL_SPLITS, phase_measure_splits, progress_bar
+from coda.engine.rollout import Rollout, evaluate_checkpoint
+from coda.scene.spec import ScenarioSpec
+
+
+@dataclass
+class ProbeEpisode:
+    """A probe rollout as later phases need it: its memory id, scene, outcome and actions."""
+
+    episode_id: int
+    spec: ScenarioSpec
+    success: bool
+    actions: np.ndarray  # (T, 5)
+    keyframes: dict[int, bytes] = field(default_factory=dict)  # step -> PNG (failed episodes only)
+
+
+@dataclass
+class GeneratedScenes:
+    """What the generate phase produced: valid scenes, each with the program (key) that made it."""
+
+    scenes: list[ScenarioSpec]
+    program_keys: list[str]
+
+
+def replay_states(env: Any, spec: ScenarioSpec, actions: np.ndarray) -> list[Any]:
+    """Re-create an episode's state trace by replaying its actions (the physics is deterministic)."""
+    env.reset_to(spec)
+    states = [env.state()]
+    for a in actions:
+        env.step(a)
+        states.append(env.state())
+    return states
+
+
+# ---- evaluate ---------------------------------------------------------------------------------------
+
+def phase_evaluate(ctx: RunContext, r: int, checkpoint: Path, probes: Sequence[ScenarioSpec]) -> list[ProbeEpisode]:
+    """Roll the current policy out on the round's probe scenes; episodes and their actions to memory."""
+    from coda.memory import ArtifactStore, Episode, Scenario
+
+    mem = ctx.memory
+    store = ArtifactStore(ctx.run_dir)
+    if not mem.phase_done(ctx.run_id, r, "evaluate"):
+        with progress_bar(ctx.console) as bar:
+            task = bar.add_task(f"round {r} · evaluate", total=len(probes))
+            rollouts = evaluate_checkpoint(checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,
+                                           keyframes=ctx.cfg.critic.max_images, record_states=False,
+                                           on_done=lambda i, _: bar.advance(task))
+        arts = []
+        for i, ro in enumerate(rollouts):
+            a = {"actions": store.put_arrays(f"episodes/round_{r:03d}/probe_{i:05d}.npz",
+                                             actions=ro.actions).to_dict()}
+            a.update(_keyframe_refs(ctx, r, i, ro))
+            arts.append(a)
+        with mem.phase(ctx.run_id, r, "evaluate") as tx:
+            for i, (spec, ro, art) in enumerate(zip(probes, rollouts, arts)):
+                sc = tx.add(Scenario.from_spec(spec, split="probe"), exist_ok=True)
+                tx.add(Episode(scenario_id=sc.id, policy="policy", seed=i, success=ro.success,
+                               episode_return=ro.episode_return, length=ro.length, artifacts=art,
+                               info={"family": spec.family, "kind": "probe", "error": ro.error}))
+    out = []
+    for e in mem.list("episode", run_id=ctx.run_id, round_idx=r):
+        if e.phase != "evaluate":
+            continue
+        spec = ScenarioSpec.from_dict(mem.get("scenario", e.scenario_id).spec)
+        actions = np.load(store.path(e.artifacts["actions"]))["actions"]
+        frames = {int(k.removeprefix("keyframe_t")): store.read_bytes(ref)
+                  for k, ref in sorted(e.artifacts.items()) if k.startswith("keyframe_t")}
+        out.append(ProbeEpisode(e.id, spec, e.success, actions, frames))
+    return sorted(out, key=lambda p: p.episode_id)
+
+
+def _keyframe_refs(ctx: RunContext, r: int, i: int, ro: Rollout) -> dict[str, Any]:
+    from coda.engine.loop import _episode_artifacts
+
+    return _episode_artifacts(ctx, r, "evaluate", i, ro)
+
+
+# ---- diagnose -----------------------------------------------------------------------------------------
+
+def phase_diagnose(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], critic: Any, env: Any,
+                   limit: int) -> dict[int, Any]:
+    """The critic diagnoses up to `limit` failed probe episodes; accepted and rejected answers both kept.
+
+    Returns:
+        {episode id: Diagnosis | DiagnosisRejected}.
+    """
+    from coda.critic.base import CriticUnavailable, EpisodeRecord
+    from coda.critic.diagnosis import Diagnosis, DiagnosisRejected
+    from coda.memory import Diagnosis as DiagnosisRecord
+
+    mem = ctx.memory
+    failed = [p for p in probes if not p.success][:limit]
+    if not mem.phase_done(ctx.run_id, r, "diagnose"):
+        rows = []
+        for p in failed:
+            ep = episode_record(env, p)
+            try:
+                res = critic.diagnose(ep)
+            except CriticUnavailable as e:  # recorded, never silently skipped
+                res = DiagnosisRejected(critic=critic.name, episode_id=str(p.episode_id),
+                                        reason=f"critic unavailable: {e}", raw_text="")
+            ok = isinstance(res, Diagnosis)
+            rows.append(DiagnosisRecord(episode_id=p.episode_id, critic=critic.name,
+                                        data=res.model_dump(mode="json"),
+                                        raw=None if ok else res.raw_text, accepted=ok,
+                                        reason=None if ok else res.reason))
+        with mem.phase(ctx.run_id, r, "diagnose") as tx:
+            tx.add_all(rows)
+    return {d.episode_id: _critic_result(d.data) for d in mem.list("diagnosis", run_id=ctx.run_id, round_idx=r)}
+
+
+def _critic_result(data: dict[str, Any]) -> Any:
+    from coda.critic.diagnosis import Diagnosis, DiagnosisRejected
+
+    return Diagnosis.model_validate(data) if data.get("record") == "diagnosis" else DiagnosisRejected.model_validate(data)
+
+
+def episode_record(env: Any, p: ProbeEpisode) -> Any:
+    """What a critic sees of a probe episode (its state trace re-created by replay)."""
+    from coda.critic.base import EpisodeRecord
+
+    states = replay_states(env, p.spec, p.actions)
+    return EpisodeRecord(episode_id=str(p.episode_id), spec=p.spec, success=p.success, steps=len(p.actions),
+                         keyframes=tuple(p.keyframes.values()), keyframe_steps=tuple(p.keyframes),
+                         states=tuple(states), outcome="success" if p.success else "timeout")
+
+
+# ---- verify -------------------------------------------------------------------------------------------
+
+def phase_verify(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagnoses: dict[int, Any],
+                 checkpoint: Path, env: Any, base_scenes: Sequence[ScenarioSpec]) -> dict[int, Any]:
+    """Verify each diagnosis against the simulator (consistency, single-factor counterfactuals, potential).
+
+    Returns:
+        {episode id: Verdict} for every diagnosis (rejected ones included, with reasons).
+    """
+    from coda.critic.verify import Verdict, Verifier
+    from coda.memory import Verdict as VerdictRecord
+
+    mem = ctx.memory
+    if not mem.phase_done(ctx.run_id, r, "verify"):
+        policy_success = _policy_success_fn(checkpoint, env)
+        verifier = Verifier(ctx.cfg.critic, ctx.cfg.shaping, env_factory=lambda: env,
+                            seed=ctx.seed_for("verify", r))
+        by_id = {p.episode_id: p for p in probes}
+        drecs = {d.episode_id: d for d in mem.list("diagnosis", run_id=ctx.run_id, round_idx=r)}
+        rows = []
+        for eid, diag in sorted(diagnoses.items()):
+            v = verifier.check(diag, episode_record(env, by_id[eid]), policy_success=policy_success,
+                               base_scenes=base_scenes)
+            rows.append(VerdictRecord(diagnosis_id=drecs[eid].id, checks=v.model_dump(mode="json"),
+                                      passed=v.accepted, reason="; ".join(v.reasons) or None))
+        with mem.phase(ctx.run_id, r, "verify") as tx:
+            tx.add_all(rows)
+    ep_of = {d.id: d.episode_id for d in mem.list("diagnosis", run_id=ctx.run_id, round_idx=r)}
+    return {ep_of[v.diagnosis_id]: Verdict.model_validate(v.checks)
+            for v in mem.list("verdict", run_id=ctx.run_id, round_idx=r)}
+
+
+def _policy_success_fn(checkpoint: Path, env: Any) -> Any:
+    """spec -> did the policy succeed (memoised per scene: the rollout is deterministic)."""
+    import torch
+
+    from coda.engine.rollout import rollout_policy
+    from coda.policy.checkpoint import load_policy
+
+    policy = load_policy(checkpoint)
+    policy.eval()
+    cache: dict[str, bool] = {}
+
+    def success(spec: ScenarioSpec) -> bool:
+        if spec.spec_id not in cache:
+            with torch.no_grad():
+                cache[spec.spec_id] = rollout_policy(env, policy, spec, record_states=False).success
+        return cache[spec.spec_id]
+
+    return success
+
+
+# ---- generate -----------------------------------------------------------------------------------------
+
+def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, int]]) -> GeneratedScenes:
+    """Draw from each (program key, candidate stream, count) until `count` valid scenes; invalid ones kept.
+
+    A candidate stream yields ScenarioSpecs; each is checked in the simulator (builds, settles, the expert
+    solves it). Exactly the budget is produced unless a stream runs dry after its bounded tries, which is
+    recorded on the program's scenes as `invalid_reason`.
+    """
+    from coda.memory import Scenario
+    from coda.scene.splits import sim_check
+
+    mem = ctx.memory
+    if not mem.phase_done(ctx.run_id, r, "generate"):
+        progs = {p.key: p.id for p in mem.list("generation_program", run_id=ctx.run_id, round_idx=r)}
+        rows, seen = [], set()
+        total = sum(n for _, _, n in sources)
+        with progress_bar(ctx.console) as bar:
+            task = bar.add_task(f"round {r} · generate", total=total)
+            for key, stream, n in sources:
+                got, tries = 0, 0
+                for spec in stream:
+                    if got >= n or tries >= 4 * n + 10:
+                        break
+                    tries += 1
+                    if spec.spec_id in seen:
+                        continue
+                    seen.add(spec.spec_id)
+                    ok, reason, _ = sim_check(spec)
+                    rows.append(Scenario.from_spec(spec, split=f"generated:{key}", valid=ok,
+                                                   invalid_reason=None if ok else reason, program_id=progs.get(key)))
+                    if ok:
+                        got += 1
+                        bar.advance(task)
+        with mem.phase(ctx.run_id, r, "generate") as tx:
+            tx.add_all(rows, exist_ok=True)
+    scenes, keys = [], []
+    for s in mem.list("scenario", run_id=ctx.run_id, round_idx=r):
+        if s.phase == "generate" and s.valid:
+            scenes.append(ScenarioSpec.from_dict(s.spec))
+            keys.append(str(s.split).removeprefix("generated:"))
+    return GeneratedScenes(scenes, keys)
+
+
+# ---- train --------------------------------------------------------------------------------------------
+
+def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, scenes: Sequence[ScenarioSpec],
+                      corrective: Sequence[ProbeEpisode], potentials: dict[str, Any] | None,
+                      demo_dirs: Sequence[Path], *, shaping_weight: float) -> Path:
+    """Expert demos in the generated scenes + corrective demos from failure states, then fine-tuning.
+
+    The policy is fine-tuned from the previous checkpoint on every demo collected so far (SFT included, so
+    earlier skills are rehearsed). Episodes carry Φ(s_t) from `potentials` (spec_id -> StagedPotential); the
+    chunk critic learns from targets shaped with weight `shaping_weight` (0 = the sparse task reward alone).
+    """
+    from coda.memory import Checkpoint, TrainingProgram
+    from coda.memory.artifacts import sha256_file
+    from coda.policy.checkpoint import load_policy
+    from coda.policy.data import DemoWriter, corrective_episode, run_expert_episode
+    from coda.policy.train import load_chunk_dataset, train_policy
+    from coda.sim.tabletop.env import TabletopEnv
+    from coda.sim.tabletop.experts import expert_for
+
+    mem = ctx.memory
+    ckpt = ctx.path("checkpoints", f"round_{r:03d}.pt")
+    final = ctx.run_dir / "demos" / f"round_{r:03d}"
+    if mem.phase_done(ctx.run_id, r, "train"):
+        return ckpt
+    tmp = final.with_name(final.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    env = TabletopEnv(config=ctx.cfg.sim)
+    n_demo = n_corr = 0
+    try:
+        with DemoWriter(tmp) as writer:
+            for spec in scenes:
+                ep = run_expert_episode(env, spec, expert_for(spec, ctx.cfg.sim.expert_chunk))
+                if ep.success:
+                    writer.add(_with_potentials(ep, spec, env, potentials))
+                    n_demo += 1
+            for p in corrective:
+                ep = corrective_episode(env, p.spec, p.actions, expert_for(p.spec, ctx.cfg.sim.expert_chunk),
+                                        label_every=ctx.cfg.policy.n_action_steps)
+                writer.add(_with_potentials(ep, p.spec, env, potentials))
+                n_corr += 1
+    finally:
+        env.close()
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    pcfg = ctx.cfg.policy
+    overrides = {"train_critic": True, "improvement": pcfg.improvement} if pcfg.improvement == "awr" else None
+    policy = load_policy(prev_checkpoint, overrides=overrides)
+    data = load_chunk_dataset([*demo_dirs, final], policy.cfg, policy.text, shaping_weight=shaping_weight)
+    result = train_policy(policy, data, steps=pcfg.finetune_steps, checkpoint=ckpt, progress=True,
+                          metrics_path=ctx.path("metrics", f"train_round_{r:03d}.jsonl"))
+    digest, _ = sha256_file(ckpt)
+    with mem.phase(ctx.run_id, r, "train") as tx:
+        tx.add(TrainingProgram(key=f"round_{r}", body={
+            "kind": "round_training", "demos": ctx.rel(final), "expert_demos": n_demo, "corrective": n_corr,
+            "shaping_weight": shaping_weight, "steps": pcfg.finetune_steps,
+            "datasets": [ctx.rel(d) for d in demo_dirs] + [ctx.rel(final)]}))
+        tx.add(Checkpoint(path=ctx.rel(ckpt), sha256=digest,
+                          metrics={"final_loss": float(result.metrics.get("loss", float("nan"))),
+                                   "samples_per_s": result.samples_per_s}))
+    return ckpt
+
+
+def _with_potentials(ep: Any, spec: ScenarioSpec, env: Any, potentials: dict[str, Any] | None) -> Any:
+    """Attach Φ(s_t) along the episode (replayed) when a potential is known for the scene."""
+    import dataclasses
+
+    pot = (potentials or {}).get(spec.spec_id)
+    if pot is None:
+        return ep
+    states = replay_states(env, spec, ep.actions)
+    return dataclasses.replace(ep, potentials=np.asarray(pot.phis(states), np.float32))
+
+
+# ---- measure ------------------------------------------------------------------------------------------
+
+def phase_measure(ctx: RunContext, r: int, checkpoint: Path, splits: dict[str, dict[str, list[ScenarioSpec]]]
+                  ) -> dict[str, dict[str, float]]:
+    """Success of the new policy on every evaluation split (learning progress per mode is measured by the
+    strategy from its held-apart probes in the next round's evaluate phase)."""
+    return phase_measure_splits(ctx, r, checkpoint, splits)
+
+
+__all__ = ["EVAL_SPLITS", "GeneratedScenes", "ProbeEpisode", "phase_diagnose", "phase_evaluate", "phase_generate",
+           "phase_measure", "phase_train_round", "phase_verify", "replay_states"]
