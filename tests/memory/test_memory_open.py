@@ -137,3 +137,12 @@ def test_foreign_database_is_not_taken_over(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(CodaError, match=r"has tables \['runs'\] but no schema version"):
         open_memory(tmp_path)
+
+
+def test_run_directory_names_with_uri_characters(tmp_path: Path) -> None:
+    run_dir = tmp_path / "exp #3 ?final" / "run 1"
+    with open_memory(run_dir) as mem:
+        mem.create_run("r", config={}, seed=0, strategy="coda")
+    with open_memory(run_dir, readonly=True) as ro:
+        assert [r.id for r in ro.runs()] == ["r"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp #3 ?final"]  # no stray file from a cut-off URI

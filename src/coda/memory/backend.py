@@ -14,6 +14,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -76,18 +77,26 @@ def normalize_url(url: str) -> URL:
     )
 
 
+def sqlite_uri(path: Path, mode: str = "ro") -> str:
+    """A SQLite `file:` URI for `path` (percent-encoded, so spaces, '#' and '?' in directory names are safe)."""
+    return f"file:{quote(path.resolve().as_posix())}?mode={mode}"
+
+
 def sqlite_url(path: Path, readonly: bool = False) -> URL:
     """The SQLAlchemy URL of a SQLite file; `readonly` opens it with the `mode=ro` URI."""
     path = path.resolve()
     if readonly:
-        return make_url(f"sqlite:///file:{path.as_posix()}?mode=ro&uri=true")
-    return make_url(f"sqlite:///{path.as_posix()}")
+        # Built, not parsed: the URI's own '?mode=ro' must reach sqlite3 intact.
+        return URL.create("sqlite", database=sqlite_uri(path), query={"uri": "true"})
+    return URL.create("sqlite", database=path.as_posix())
 
 
 def sqlite_path(url: URL) -> Path:
     """The file a SQLite URL points at (URI form `file:...?mode=ro` included)."""
     db = url.database or ""
-    return Path(db[len("file:") :] if db.startswith("file:") else db)
+    if db.startswith("file:"):
+        return Path(unquote(db[len("file:") :].split("?", 1)[0]))
+    return Path(db)
 
 
 def build_engine(url: URL, *, connect_timeout_s: float, busy_timeout_s: float, readonly: bool) -> Engine:

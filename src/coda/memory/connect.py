@@ -20,6 +20,7 @@ from coda.memory.backend import (
     mask_url,
     normalize_url,
     sqlite_path,
+    sqlite_uri,
     sqlite_url,
 )
 from coda.memory.errors import MemoryConnectError, MemoryNotFoundError, MemoryStoreError
@@ -101,7 +102,7 @@ def open_memory_from_config(run_dir: str | Path, cfg: "MemoryConfig", *, readonl
 
 def _sqlite_version_readonly(db_file: Path, where: str) -> int | None:
     try:
-        con = sqlite3.connect(f"file:{db_file.resolve().as_posix()}?mode=ro", uri=True, timeout=10)
+        con = sqlite3.connect(sqlite_uri(db_file), uri=True, timeout=10)
     except sqlite3.Error as e:
         raise MemoryConnectError(f"cannot open memory database {where}: {e}") from None
     try:

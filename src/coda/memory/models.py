@@ -86,7 +86,8 @@ class Base(DeclarativeBase):
         return {k: getattr(self, k) for k in self.__natural_key__}
 
     def __repr__(self) -> str:
-        keys = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("id", *self.__natural_key__) if k in self.__table__.c)
+        names = dict.fromkeys(("id", *self.__natural_key__))  # ordered, without repeating `id`
+        keys = ", ".join(f"{k}={getattr(self, k)!r}" for k in names)
         return f"{type(self).__name__}({keys})"
 
 
