@@ -60,8 +60,9 @@ def open_memory(
         SchemaVersionError: the database was written by a newer schema; nothing was written to it.
         MemoryStoreError: the database is not a CoDA memory, or is older and opened read-only.
     """
-    if connect_timeout_s <= 0:
-        raise MemoryConnectError(f"connect_timeout_s = {connect_timeout_s!r}: must be > 0")
+    for name, value in (("connect_timeout_s", connect_timeout_s), ("busy_timeout_s", busy_timeout_s)):
+        if not value > 0:
+            raise MemoryConnectError(f"{name} = {value!r}: must be > 0")
     run_dir = Path(run_dir)
     if url is None:
         parsed: URL = sqlite_url(run_dir / DB_FILENAME)
