@@ -146,3 +146,19 @@ def test_typed_parameters_and_missing_run_directory(tmp_path: Path) -> None:
     res = runner.invoke(app, ["ls", str(tmp_path / "empty")])
     assert res.exit_code == 2 and "no memory database at" in res.output
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_mounted_as_a_sub_command(tmp_path: Path) -> None:
+    """The way the main `coda` command mounts the group: `coda memory ls RUN_DIR`."""
+    import typer
+
+    from coda.memory import open_memory
+
+    main = typer.Typer()
+    main.add_typer(app, name="memory")
+    with open_memory(tmp_path) as mem:
+        mem.create_run("mounted", config={}, seed=1, strategy="coda")
+    res = runner.invoke(main, ["memory", "ls", str(tmp_path)])
+    assert res.exit_code == 0 and "mounted" in res.output, res.output
+    res = runner.invoke(main, ["memory", "show", str(tmp_path), "run", "ghost"])
+    assert res.exit_code == 2 and "error: no run 'ghost'" in res.output
