@@ -66,6 +66,8 @@ def test_grasped_and_lifted_follow_finger_contacts_and_height():
     assert not P.grasped(one, "cube") and not P.lifted(one, "cube")
     low = make_state([CUBE], contacts=both)
     assert P.grasped(low, "cube") and not P.lifted(low, "cube")
+    closed_on_top = make_state([CUBE], contacts=both, width=0.0)  # jaws shut, pressing down on it
+    assert not P.grasped(closed_on_top, "cube")
 
 
 def test_at_region_drawer_fraction_distances_and_heights():

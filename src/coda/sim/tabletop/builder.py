@@ -36,7 +36,7 @@ _CYL = mujoco.mjtGeom.mjGEOM_CYLINDER
 _SPHERE = mujoco.mjtGeom.mjGEOM_SPHERE
 
 XYZ_KP, YAW_KP, FINGER_KP = 3000.0, 100.0, 600.0  # position-actuator gains
-XYZ_FORCE, YAW_TORQUE, FINGER_FORCE = 80.0, 10.0, 25.0  # actuator force limits (N, N m, N)
+XYZ_FORCE, YAW_TORQUE, FINGER_FORCE = 50.0, 10.0, 25.0  # actuator force limits (N, N m, N)
 HAND_MASS, FINGER_MASS = 1.0, 0.05  # kg
 FINGER_DAMPING = 60.0  # finger slide damping (N s/m): jaws close at ~0.4 m/s instead of slamming into objects
 OBJECT_SOLREF = (0.005, 1.0)  # stiffer than MuJoCo's default 20 ms so squeezed light objects barely sink
@@ -71,7 +71,8 @@ class SceneIndex:
     grip_qpos: np.ndarray  # (6,) qpos addresses: x, y, z, yaw, left finger, right finger
     grip_qvel: np.ndarray  # (3,) qvel addresses of the x, y, z slides
     finger_geoms: tuple[int, int]  # left, right finger geom ids
-    geom_entity: np.ndarray  # (ngeom,) row of the entity a geom belongs to; N = table; -1 = robot
+    geom_entity: np.ndarray  # (ngeom,) index into contact_names of what a geom belongs to; -1 = robot
+    contact_names: tuple[str, ...]  # entity names, then "table", then "<drawer>/cabinet" per drawer
     init_qpos: np.ndarray  # qpos at reset
     init_ctrl: np.ndarray  # ctrl at reset
     substeps: int  # physics steps per control step
@@ -268,6 +269,7 @@ def _add_gripper(spec_: mujoco.MjSpec, wb: mujoco.MjsBody, cfg: SimConfig) -> No
         f.add_joint(
             name=f"robot/finger_{side}", type=mujoco.mjtJoint.mjJNT_SLIDE, axis=[0, sign, 0], range=list(G.FINGER_RANGE),
             limited=mujoco.mjtLimited.mjLIMITED_TRUE, armature=0.001, damping=FINGER_DAMPING,
+            solref_limit=[0.005, 1.0],  # a stiff stop: squeezing on nothing keeps the gap at ~0
         )
         f.add_geom(
             name=f"robot/finger_{side}", type=_BOX, size=list(G.FINGER_HALF), pos=[0, sign * G.FINGER_HALF[1], G.FINGER_Z],
@@ -393,11 +395,13 @@ def _index(spec: ScenarioSpec, m: mujoco.MjModel, substeps: int) -> SceneIndex:
     axes = np.array([[*G.drawer_axis(d), 0.0] for d in spec.drawers]).reshape(-1, 3)
     gj = [m.joint(nm).id for nm in ("robot/x", "robot/y", "robot/z", "robot/yaw", "robot/finger_left", "robot/finger_right")]
     row_of_body: dict[int, int] = {}
+    cabinets: list[str] = []
     for i, e in enumerate(ents):
         if kinds[i] != "region":
             row_of_body[m.body(e.name).id] = i
-        if isinstance(e, DrawerSpec):
-            row_of_body[m.body(f"{e.name}/cabinet").id] = i
+        if isinstance(e, DrawerSpec):  # the fixed cabinet is not the drawer: touching it is not holding it
+            cabinets.append(f"{e.name}/cabinet")
+            row_of_body[m.body(f"{e.name}/cabinet").id] = n + len(cabinets)
     geom_entity = np.full(m.ngeom, -1, dtype=np.int64)
     table = m.geom("table/top").id
     for g in range(m.ngeom):
@@ -437,6 +441,7 @@ def _index(spec: ScenarioSpec, m: mujoco.MjModel, substeps: int) -> SceneIndex:
         grip_qvel=np.array([m.jnt_dofadr[j] for j in gj[:3]], dtype=np.int64),
         finger_geoms=(m.geom("robot/finger_left").id, m.geom("robot/finger_right").id),
         geom_entity=geom_entity,
+        contact_names=(*(e.name for e in ents), "table", *cabinets),
         init_qpos=init_qpos,
         init_ctrl=init_ctrl,
         substeps=substeps,

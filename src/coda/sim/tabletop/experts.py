@@ -337,6 +337,16 @@ class DrawerExpert(Expert):
         hyaw = wrap_half(math.atan2(u[1], u[0]) - math.pi / 2)  # jaws close along the drawer's axis
         safe_z = max(2 * G.CABINET_HALF_Z, float(h[2])) + CLEARANCE + 0.005 - G.FINGERTIP_BELOW_TCP
         held = P.grasped(s, self.drawer)
+        # Jaws under the cabinet's top (e.g. caught in the drawer as it closed) cannot rise: slide out first.
+        u2, perp = u[:2], np.array([-u[1], u[0]])
+        half_x, half_y = float(s.size[i, 0]), float(s.size[i, 1])
+        centre = h[:2] - u2 * (half_x + G.HANDLE_STANDOFF + frac * float(s.travel[i]))
+        rel = g[:2] - centre
+        lat = float(rel @ perp)
+        if abs(float(rel @ u2)) <= half_x + 0.01 and abs(lat) <= half_y + 0.01 and g[2] < 2 * G.CABINET_HALF_Z:
+            out = centre + u2 * (half_x + 0.04) + perp * lat
+            return [Waypoint(_pose(out[0], out[1], g[2], s.gripper_yaw), DRAWER_GRIP, SLOW, 0, "escape"),
+                    Waypoint(_pose(out[0], out[1], safe_z, s.gripper_yaw), DRAWER_GRIP, FAST, 0, "rise")]
         if abs(frac - self.value) <= min(0.02, self.tol / 2):
             if held or s.grip_cmd < DRAWER_GRIP:
                 return [Waypoint(_pose(g[0], g[1], g[2], s.gripper_yaw), DRAWER_GRIP, SLOW, 2, "release"), _retreat(s, safe_z)]

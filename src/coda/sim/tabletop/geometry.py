@@ -41,7 +41,7 @@ BOWL_SEGMENTS = 12  # wall boxes approximating a bowl's ring
 # ---- drawers --------------------------------------------------------------------------------------
 CABINET_HALF_Y = 0.12  # half width of a cabinet, m
 CABINET_HALF_Z = 0.06  # half height of a cabinet (it stands 0.12 m tall)
-CABINET_WALL = 0.008  # wall thickness
+CABINET_WALL = 0.012  # wall thickness (thick enough that the pushed jaws do not tunnel through)
 HANDLE_STANDOFF = 0.045  # handle bar centre in front of the drawer's front face, m
 HANDLE_Z = 0.08  # handle bar height above the table, m
 HANDLE_HALF = (0.008, 0.045, 0.008)  # handle bar half extents in the cabinet frame, m

@@ -23,6 +23,7 @@ from coda.sim.tabletop import geometry as G
 
 ON_TOL = 0.012  # |bottom of top - top of base| allowed for `on`, m
 RIM_SLACK = 0.005  # an object counts as inside a container while its bottom is below rim + this, m
+MIN_HOLD_GAP = 0.004  # jaws closed tighter than this hold nothing (they press on it from outside), m
 
 
 class PredicateError(CodaError, KeyError):
@@ -46,7 +47,7 @@ class TabletopState:
     gripper_width: float  # gap between the finger pads, m
     grip_cmd: float  # last grip command, 1 open .. 0 closed
     gripper_vel: np.ndarray  # (3,) TCP linear velocity, m/s
-    finger_contacts: tuple[frozenset[str], frozenset[str]]  # entity names (and "table") each finger touches
+    finger_contacts: tuple[frozenset[str], frozenset[str]]  # entity names, "table", "<drawer>/cabinet" touched
     names: tuple[str, ...]  # entity names, one per row
     kinds: tuple[str, ...]  # "object" | "container" | "drawer" | "region"
     types: tuple[str, ...]  # box, cylinder, sphere, tray, bowl, drawer, region
@@ -151,9 +152,10 @@ def touching(s: TabletopState, name: str) -> tuple[bool, bool]:
 
 
 def grasped(s: TabletopState, name: str) -> bool:
-    """Both fingers touch the entity (an object, or a drawer's handle/front)."""
+    """Both fingers touch the entity (an object, or a drawer's moving part) with something between the jaws
+    (gap above MIN_HOLD_GAP: closed jaws pressing on a surface hold nothing)."""
     left, right = touching(s, name)
-    return left and right
+    return left and right and s.gripper_width > MIN_HOLD_GAP
 
 
 def lifted(s: TabletopState, name: str, h: float = 0.03) -> bool:

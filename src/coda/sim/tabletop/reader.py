@@ -47,7 +47,7 @@ class StateReader:
         self._gv = idx.grip_qvel
         self._lf, self._rf = idx.finger_geoms
         self._ent = idx.geom_entity
-        self._names_ext = (*idx.names, "table")
+        self._names_ext = idx.contact_names
         self._index = {nm: i for i, nm in enumerate(idx.names)}
         self._empty: frozenset[str] = frozenset()
         self._ent_list: list[int] = idx.geom_entity.tolist()

@@ -172,7 +172,7 @@ def _penetration(env: Any, tol: float) -> tuple[str, str, float] | None:
     """The deepest contact between different bodies deeper than `tol`, as (entity, entity, depth)."""
     d, idx = env.data, env.scene.index
     m = env.model
-    names = (*idx.names, "table")
+    names = idx.contact_names
     worst: tuple[str, str, float] | None = None
     for k in range(d.ncon):
         c = d.contact[k]
