@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from coda.scene.spec import ContainerSpec, GoalPredicate, ObjectSpec
 from coda.sim.tabletop.validity import check_validity
 
@@ -39,6 +41,7 @@ def test_push_start_out_of_reach_is_unreachable(scenes):
     region = spec.regions[0].model_copy(update={"center": (0.1, 0.0)})  # pushing towards -x needs the jaws past x=0.3
     r = check_validity(spec.replace(objects=(far,), regions=(region,)), expert=False)
     assert r.reason == "unreachable" and "push start" in r.details["what"]
+    assert json.loads(json.dumps(r.details))["pos"][0] > 0.3  # details are plain data, ready to record
 
 
 def test_object_too_large_for_the_container_is_impossible(scenes):

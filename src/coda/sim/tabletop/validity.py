@@ -142,7 +142,8 @@ def _reach_checks(spec: ScenarioSpec, s: Any) -> ValidityResult | None:
 
     def need(what: str, x: float, y: float, z: float | None = None) -> ValidityResult | None:
         if not (lo[0] <= x <= hi[0] and lo[1] <= y <= hi[1]) or (z is not None and not lo[2] <= z <= hi[2]):
-            return _bad("unreachable", what=what, pos=(round(x, 3), round(y, 3)) + ((round(z, 3),) if z is not None else ()))
+            pos = tuple(round(float(c), 3) for c in ((x, y) if z is None else (x, y, z)))
+            return _bad("unreachable", what=what, pos=pos)
         return None
 
     for g in spec.goal:
