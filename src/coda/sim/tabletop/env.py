@@ -189,27 +189,29 @@ class TabletopEnv(gym.Env):
         a = np.asarray(action, dtype=np.float64)
         if a.shape != (5,):
             raise EnvError(f"action must have shape (5,) = (x, y, z, yaw, grip), got shape {a.shape}")
-        vals = a.tolist()
-        if not all(map(math.isfinite, vals)):
-            raise EnvError(f"action = {vals} has non-finite values")
+        x, y, z, yaw, grip = a.tolist()
+        if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z) and math.isfinite(yaw) and math.isfinite(grip)):
+            raise EnvError(f"action = {a.tolist()} has non-finite values")
         # Clip in plain Python: five scalars are cheaper than a numpy call.
-        x, y, z, yaw, grip = (min(max(v, lo), hi) for v, lo, hi in zip(vals, _LOW, _HIGH))
+        lo, hi = _LOW, _HIGH
+        x, y, z = min(max(x, lo[0]), hi[0]), min(max(y, lo[1]), hi[1]), min(max(z, lo[2]), hi[2])
+        yaw, grip = min(max(yaw, lo[3]), hi[3]), min(max(grip, lo[4]), hi[4])
         self._grip = grip
         fq = finger_target(grip)
         d = self._data
-        assert d is not None
+        m = scene.model
         d.ctrl[:] = (x, y, z, yaw, fq, fq)
-        mujoco.mj_step(scene.model, d, nstep=scene.index.substeps)
-        StateReader.refresh(scene.model, d)
+        mujoco.mj_step(m, d, nstep=scene.index.substeps)
+        mujoco.mj_kinematics(m, d)  # body poses for the new qpos (mj_step leaves them one substep behind)
         self._steps += 1
-        s = self._read()
+        s = self._state = self._reader.read(d, grip)  # type: ignore[union-attr]
         success = goal_satisfied(s, scene.spec)
         info: dict[str, Any] = {"success": success, "steps": self._steps}
         truncated = self._steps >= self.config.max_steps
         if d.warning[_BADQACC].number:
             info["sim_error"] = f"physics diverged (bad accelerations) at step {self._steps}"
             truncated = True
-        return self._obs_of(s), (1.0 if success else 0.0), success, truncated, info
+        return self._obs.build(s), (1.0 if success else 0.0), success, truncated, info  # type: ignore[union-attr]
 
     # ---- state ----------------------------------------------------------------------------------
 

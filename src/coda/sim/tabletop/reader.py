@@ -1,7 +1,7 @@
 """Read a `TabletopState` out of MjData cheaply (a handful of vectorised gathers).
 
-Poses are those of the current `qpos` (`refresh` reruns the cheap forward kinematics after `mj_step`,
-which leaves body poses one physics substep behind); finger contacts are those of the last collision
+Poses are those of the current `qpos` (the env reruns the cheap `mj_kinematics` after `mj_step`, which
+leaves body poses one physics substep behind); finger contacts are those of the last collision
 pass, at most one substep (2 ms) old. Re-running collision detection every control step would cost a few
 percent of the step for no practical gain.
 """
@@ -66,11 +66,6 @@ class StateReader:
         self._vsel = np.concatenate([idx.grip_qvel, self._ovel]).astype(np.int64)
         self._finger_side = np.zeros(scene.model.ngeom, dtype=np.int8)  # 1 left finger, 2 right finger
         self._finger_side[self._lf], self._finger_side[self._rf] = 1, 2
-
-    @staticmethod
-    def refresh(m: mujoco.MjModel, d: mujoco.MjData) -> None:
-        """Recompute body poses for the current qpos (after `mj_step` they lag one substep)."""
-        mujoco.mj_kinematics(m, d)
 
     def finger_contacts(self, d: mujoco.MjData) -> tuple[frozenset[str], frozenset[str]]:
         """Entity names (and "table") touched by the left and the right finger."""
