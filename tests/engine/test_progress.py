@@ -125,8 +125,8 @@ def test_rounding_is_seeded_and_ties_are_fair() -> None:
     ],
 )
 def test_bad_budget_inputs_name_the_field(kwargs: dict, match: str) -> None:
-    args = dict(progress_by_mode={"a": [], "b": []}, budget=10, exploration_floor=0.1, explore_share=0.1,
-                solved_threshold=0.9, rng=np.random.default_rng(0))
+    args = {"progress_by_mode": {"a": [], "b": []}, "budget": 10, "exploration_floor": 0.1, "explore_share": 0.1,
+            "solved_threshold": 0.9, "rng": np.random.default_rng(0)}
     args.update(kwargs)
     with pytest.raises(ProgressError, match=match):
         allocate_budget(**args)  # type: ignore[arg-type]

@@ -90,7 +90,7 @@ def entity_for_role(role: str, spec: ScenarioSpec) -> str | None:
     """An entity of `spec` with that role (the first in scene order), or None when the scene has none."""
     if role not in ROLES:
         raise ModeError(f"role = {role!r} is not one of {list(ROLES)}")
-    names = [e.name for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)]
+    names = list(entity_kinds(spec))  # scene order: objects, containers, drawers, regions
     return next((n for n in names if role_of(n, spec) == role), None)
 
 
@@ -246,14 +246,14 @@ class Mode(BaseModel):
     episodes: tuple[str, ...] = ()  # episode ids assigned in this call
 
     @classmethod
-    def from_key(cls, key: str, description: str = "", embedding: Sequence[float] | None = None, where: str = "mode") -> "Mode":
+    def from_key(cls, key: str, description: str = "", embedding: Sequence[float] | None = None, where: str = "mode") -> Mode:
         """A mode from its key (validated), with an optional description and embedding."""
         fm, tokens = parse_mode_key(key, where)
         emb = tuple(float(x) for x in embedding) if embedding is not None else None
         return cls(key=key, failure_mode=fm, factors=tokens, description=description or key, embedding=emb)
 
     @classmethod
-    def from_record(cls, record: Any) -> "Mode":
+    def from_record(cls, record: Any) -> Mode:
         """A mode from a memory `FailureMode` record (or anything with key, description, embedding)."""
         return cls.from_key(record.key, record.description, record.embedding, where=f"failure_mode {record.key!r}.key")
 

@@ -45,10 +45,10 @@ class LearningProgress(BaseModel):
     round: int = Field(ge=0)  # the round whose training is measured
     before: float = Field(ge=0, le=1)  # success rate before training
     after: float = Field(ge=0, le=1)  # success rate after training
-    n: int = Field(0, ge=0)  # probe scenes measured (0 = not recorded)
+    n: int = Field(default=0, ge=0)  # probe scenes measured (0 = not recorded)
 
     @model_validator(mode="after")
-    def _finite(self) -> "LearningProgress":
+    def _finite(self) -> LearningProgress:
         if not (math.isfinite(self.before) and math.isfinite(self.after)):
             raise ValueError(f"before {self.before} and after {self.after} must be finite")
         return self
@@ -59,7 +59,7 @@ class LearningProgress(BaseModel):
         return self.after - self.before
 
     @classmethod
-    def measure(cls, mode: str, round: int, before: Sequence[bool], after: Sequence[bool]) -> "LearningProgress":
+    def measure(cls, mode: str, round: int, before: Sequence[bool], after: Sequence[bool]) -> LearningProgress:
         """Progress from per-probe-scene outcomes (the same probe scenes, in the same order, before and after).
 
         Raises:
@@ -124,7 +124,7 @@ def largest_remainder(quotas: Mapping[str, float], total: int, rng: np.random.Ge
     Units left after flooring go to the largest fractional parts; equal parts are ordered by `rng`.
     """
     keys = list(quotas)
-    base = {k: int(math.floor(quotas[k])) for k in keys}
+    base = {k: math.floor(quotas[k]) for k in keys}
     left = total - sum(base.values())
     tie = rng.permutation(len(keys))  # a random order among equal remainders
     rank = sorted(range(len(keys)), key=lambda i: (-(quotas[keys[i]] - base[keys[i]]), int(tie[i])))
