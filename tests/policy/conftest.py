@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +12,8 @@ import torch
 from coda.policy.text import HashingTextEncoder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# the helper module `policy_synthetic` sits beside the tests; make it importable in any pytest import mode
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(autouse=True)
