@@ -16,6 +16,7 @@ class EngineConfig(Section):
     exploration_floor: float = Field(0.1, ge=0, le=1)  # minimum budget share per active failure mode
     explore_share: float = Field(0.25, ge=0, le=1)  # budget share for new random variations (coda strategies)
     max_diagnoses: int = Field(8, ge=0)  # failed probe episodes diagnosed and verified per round
+    mode_probes: int = Field(4, ge=1)  # held-apart probe scenes per failure-mode program for learning progress
     seed: int = 0  # master seed of the run
     mode_merge_threshold: float = Field(0.8, ge=-1, le=1)  # explanation cosine that merges groups of one failure mode under different keys
     solved_threshold: float = Field(0.9, gt=0, le=1)  # probe success at which a failure mode is solved and retired

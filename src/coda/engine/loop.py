@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,10 +153,11 @@ def phase_train(ctx: RunContext, round_idx: int, demo_dirs: Sequence[Path], *, s
 
 
 def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
-                         splits: dict[str, dict[str, list[ScenarioSpec]]], *, keyframes: int = 3
-                         ) -> dict[str, dict[str, float]]:
+                         splits: dict[str, dict[str, list[ScenarioSpec]]], *, keyframes: int = 3,
+                         extra_records: Callable[[], list[Any]] | None = None) -> dict[str, dict[str, float]]:
     """Roll the checkpoint out on every evaluation split (phase "measure"); episodes to memory, with
-    keyframes of failures.
+    keyframes of failures. `extra_records` (e.g. learning progress) is computed only when the phase runs and
+    commits with it.
 
     Returns:
         {family: {split: success rate}}.
@@ -174,7 +175,9 @@ def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
         scen_ids = {r.spec_id: r.id for r in mem.list("scenario", run_id=ctx.run_id)}
         ckpt_rec = [c for c in mem.list("checkpoint", run_id=ctx.run_id) if c.path == ctx.rel(checkpoint)]
         files = [_episode_artifacts(ctx, round_idx, "measure", i, r) for i, r in enumerate(rollouts)]
+        extra = extra_records() if extra_records is not None else []
         with mem.phase(ctx.run_id, round_idx, "measure") as tx:
+            tx.add_all(extra)
             for (family, split, spec), r, arts in zip(jobs, rollouts, files):
                 sid = scen_ids.get(spec.spec_id)
                 if sid is None:  # a scene first seen in this round

@@ -323,11 +323,44 @@ def _with_potentials(ep: Any, spec: ScenarioSpec, env: Any, potentials: dict[str
 
 # ---- measure ------------------------------------------------------------------------------------------
 
-def phase_measure(ctx: RunContext, r: int, checkpoint: Path, splits: dict[str, dict[str, list[ScenarioSpec]]]
-                  ) -> dict[str, dict[str, float]]:
-    """Success of the new policy on every evaluation split (learning progress per mode is measured by the
-    strategy from its held-apart probes in the next round's evaluate phase)."""
-    return phase_measure_splits(ctx, r, checkpoint, splits)
+def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Path,
+                  splits: dict[str, dict[str, list[ScenarioSpec]]]) -> dict[str, dict[str, float]]:
+    """Success of the new policy on every evaluation split, and learning progress per failure mode: the
+    previous and the new policy on held-apart probe scenes of each mode program of this round (same program,
+    another seed), stored as LearningProgress records with the mode's share of the budget."""
+
+    def progress_records() -> list[Any]:
+        from coda.memory import LearningProgress as ProgressRecord
+        from coda.scene.programs import iter_program, load_program
+        from coda.scene.splits import sim_check
+
+        k = ctx.cfg.engine.mode_probes
+        rows = []
+        budget = ctx.cfg.engine.generation_budget
+        for prog in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=r):
+            if not prog.body.get("mode_program") or prog.failure_mode_id is None:
+                continue
+            program = load_program(prog.body["program"])
+            held_apart = program.model_copy(update={"seed": ctx.seed_for("held_apart", r, prog.key)})
+            probes: list[ScenarioSpec] = []
+            for i, spec in enumerate(iter_program(held_apart)):
+                if len(probes) >= k or i >= 3 * k + 5:
+                    break
+                if sim_check(spec)[0]:
+                    probes.append(spec)
+            if not probes:
+                continue
+            before = evaluate_checkpoint(prev_checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,
+                                         record_states=False)
+            after = evaluate_checkpoint(checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,
+                                        record_states=False)
+            rows.append(ProgressRecord(failure_mode_id=prog.failure_mode_id,
+                                       before=float(np.mean([x.success for x in before])),
+                                       after=float(np.mean([x.success for x in after])),
+                                       budget_share=int(prog.body["count"]) / budget))
+        return rows
+
+    return phase_measure_splits(ctx, r, checkpoint, splits, extra_records=progress_records)
 
 
 __all__ = ["EVAL_SPLITS", "GeneratedScenes", "ProbeEpisode", "phase_diagnose", "phase_evaluate", "phase_generate",

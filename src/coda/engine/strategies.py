@@ -133,7 +133,7 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
     potentials = scene_potentials([*generated.scenes, *(p.spec for p in corrective)])
     new_ckpt = phase_train_round(ctx, r, checkpoint, generated.scenes, corrective, potentials, demo_dirs,
                                  shaping_weight=cfg.shaping.weight if strategy.shaped else 0.0)
-    table = phase_measure(ctx, r, new_ckpt, splits)
+    table = phase_measure(ctx, r, checkpoint, new_ckpt, splits)
     return new_ckpt, ctx.run_dir / "demos" / f"round_{r:03d}", table
 
 
@@ -161,9 +161,20 @@ def phase_compile(ctx: RunContext, r: int, strategy: Strategy, probes: Sequence[
     if not mem.phase_done(ctx.run_id, r, "compile"):
         bodies, corrective_ids = _plan(ctx, r, strategy, probes, diagnoses, verdicts, budget)
         assert sum(b["count"] for _, b in bodies) == budget, "sources must spend exactly the budget"
+        from coda.memory import FailureMode
+
+        known = {m.key: m.id for m in mem.list("failure_mode", run_id=ctx.run_id)}
+        prog_ids = {p.body["mode_program"]["key"]: p.id for p in mem.list("generation_program", run_id=ctx.run_id)
+                    if p.body.get("mode_program")}
         with mem.phase(ctx.run_id, r, "compile") as tx:
             for key, body in bodies:
-                tx.add(GenerationProgram(key=key, body=body))
+                mode = body.get("mode")
+                if mode is not None and mode not in known:
+                    known[mode] = tx.add(FailureMode(key=mode, description=body["mode_description"] or mode,
+                                                     embedding=body["mode_embedding"], last_round=r)).id
+                parent = (body.get("mode_program") or {}).get("parent")
+                tx.add(GenerationProgram(key=key, body=body, failure_mode_id=known.get(mode) if mode else None,
+                                         parent_id=prog_ids.get(parent) if parent else None))
             tx.add(TrainingProgram(key=f"corrective_r{r}", body={"kind": "corrective", "episodes": corrective_ids}))
     sources = [(p.key, candidate_stream(p.body), int(p.body["count"]))
                for p in mem.list("generation_program", run_id=ctx.run_id, round_idx=r)]
@@ -223,32 +234,67 @@ def _plan_ued(ctx: RunContext, r: int, strategy: Strategy, budget: int, seed: in
 def _plan_modes(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagnoses: dict[int, Any],
                 verdicts: dict[int, Any], budget: int, seed: int, dr: dict[str, Any]
                 ) -> tuple[list[tuple[str, dict[str, Any]]], list[int]]:
-    """CoDA: verified diagnoses → failure modes → programs, budget by learning progress."""
-    from coda.engine.compile import compile_generation_program
-    from coda.engine.modes import mode_key
-    from coda.engine.progress import allocate_budget
+    """CoDA: verified diagnoses → failure modes → programs; the budget follows learning progress.
 
-    verified = {eid: v for eid, v in verdicts.items() if v.accepted}
-    modes: dict[str, list[int]] = {}
-    for eid in sorted(verified):
-        modes.setdefault(mode_key(diagnoses[eid], verified[eid]), []).append(eid)
+    A mode seen before gets a child of its last program (harder when solved, easier when stuck); a new
+    mode gets a level-0 program around exactly its verified factors. A mode whose factors cannot be
+    compiled gives its share to exploration.
+    """
+    from coda.critic.diagnosis import Diagnosis
+    from coda.engine.compile import CompileError, ModeProgram, child_program, compile_generation_program
+    from coda.engine.modes import Mode, cluster
+    from coda.engine.progress import LearningProgress, allocate_budget, mode_status
+    from coda.policy.text import text_encoder_for
+
+    cfg, mem = ctx.cfg.engine, ctx.memory
+    pairs = [(e, diagnoses[e], verdicts[e]) for e in sorted(verdicts) if isinstance(diagnoses.get(e), Diagnosis)]
+    records = {m.key: m for m in mem.list("failure_mode", run_id=ctx.run_id)}
+    existing = [Mode.from_record(m) for m in records.values()]
+    scenes = {str(p.episode_id): p.spec for p in probes}
+    assign = cluster([d for _, d, _ in pairs], [v for _, _, v in pairs], existing, text_encoder_for("minilm"),
+                     scenes=scenes, threshold=cfg.mode_merge_threshold)
+    modes = {**{m.key: m for m in existing}, **assign.modes}
+    examples: dict[str, list[ScenarioSpec]] = {}
+    for (eid, _, _), key in zip(pairs, assign.mode_of):
+        if key is not None:
+            examples.setdefault(key, []).append(scenes[str(eid)])
+    history: dict[str, list[LearningProgress]] = {k: [] for k in modes}
+    last_program: dict[str, Any] = {}
+    for rec in mem.list("generation_program", run_id=ctx.run_id):
+        if rec.body.get("mode_program"):
+            last_program[rec.body["mode"]] = ModeProgram.from_body(rec.body["mode_program"])
+    key_of = {m.id: m.key for m in records.values()}
+    for lp in mem.list("progress", run_id=ctx.run_id):
+        history[key_of[lp.failure_mode_id]].append(
+            LearningProgress(mode=key_of[lp.failure_mode_id], round=lp.round, before=lp.before, after=lp.after, n=1))
+    # Modes neither seen this round nor ever compiled have nothing to generate from.
+    active = {k: sorted(v, key=lambda lp: lp.round) for k, v in history.items() if k in examples or k in last_program}
     rng = np.random.default_rng(seed)
-    progress = {k: [] for k in modes}  # learning-progress history per mode (filled by measure in later rounds)
-    shares = allocate_budget(progress, budget, ctx.cfg.engine.exploration_floor, ctx.cfg.engine.explore_share,
-                             rng=rng)
+    shares = allocate_budget(active, budget, cfg.exploration_floor, cfg.explore_share, cfg.solved_threshold, rng)
     bodies: list[tuple[str, dict[str, Any]]] = []
-    by_id = {p.episode_id: p for p in probes}
-    for key, count in shares.items():
+    explore = shares.pop("explore", 0)
+    for key, count in sorted(shares.items()):
         if count <= 0:
             continue
-        if key == "explore":
-            bodies.append(("explore", {**dr, "count": count}))
+        try:
+            if key in last_program:
+                status = mode_status(active[key], solved_threshold=cfg.solved_threshold,
+                                     stuck_rounds=cfg.stuck_rounds, min_progress=cfg.min_progress)
+                mp = child_program(last_program[key], status, seed=ctx.seed_for("program", r, key),
+                                   budget=count, max_level=cfg.max_level)
+            else:
+                family = examples[key][0].family
+                mp = compile_generation_program(modes[key], examples[key], family, ctx.seed_for("program", r, key),
+                                                count, level=0, reason=f"new failure mode in round {r}")
+        except CompileError:
+            explore += count  # the budget is not lost: it probes new variations instead
             continue
-        eid = modes[key][0]
-        prog = compile_generation_program(key, [diagnoses[e] for e in modes[key]],
-                                          [verified[e] for e in modes[key]], by_id[eid].spec,
-                                          seed=ctx.seed_for("program", r, key), budget=count, level=0)
-        bodies.append((f"mode:{key}", {"kind": "program", "program": prog.model_dump(mode="json"),
-                                       "mode": key, "count": count}))
-    n_corr = min(len(verified), ctx.cfg.engine.demo_budget // 4)
-    return bodies, sorted(verified)[:n_corr]
+        bodies.append((f"mode{len(bodies)}_r{r}", {"kind": "program", "program": mp.program.model_dump(mode="json"),
+                                                  "mode_program": mp.body(), "mode": key, "count": count,
+                                                  "mode_description": modes[key].description,
+                                                  "mode_embedding": modes[key].record_fields()["embedding"]}))
+    if explore:
+        bodies.append(("explore", {**dr, "count": explore}))
+    accepted = [e for e, _, v in pairs if v.accepted]
+    n_corr = min(len(accepted), ctx.cfg.engine.demo_budget // 4)
+    return bodies, accepted[:n_corr]
