@@ -43,10 +43,11 @@ def test_observations_stack_with_any_entity_count(hashing) -> None:
     o5 = env.reset_to(make_specs(1, 0, n_objects=5)[0])[0]
     b = obs_to_batch([o3, o5], hashing)
     assert b.proprio.shape == (2, 7)
-    assert b.objects.shape == (2, 6, 10) and b.object_mask.shape == (2, 6)
-    assert b.object_emb.shape == (2, 6, 384) and b.instruction_emb.shape == (2, 384)
+    assert b.objects.shape == (2, 5, 10) and b.object_mask.shape == (2, 5)  # trailing padding trimmed
+    assert b.object_emb.shape == (2, 5, 384) and b.instruction_emb.shape == (2, 384)
     assert b.object_mask.sum(1).tolist() == [3, 5]
     assert not b.object_emb[0, 3:].any(), "padding slots embed to zeros"
+    assert b.object_mask[:, :3].all() and not b.object_mask[0, 3:].any()
 
 
 @pytest.mark.parametrize(
@@ -88,11 +89,16 @@ def test_forward_and_inference_shapes(data, hashing) -> None:
 
 def test_padding_rows_do_not_change_the_prediction(data, hashing) -> None:
     policy = build_policy(tiny_cfg(), data, hashing)
-    spec = make_specs(1, 7)[0]
     env = PointReachEnv()
-    plain = env.reset_to(spec)[0]
-    padded = env.reset_to(type(spec)(spec.objects, spec.target, spec.start, pad=4, seed=spec.seed))[0]
-    np.testing.assert_allclose(policy.predict_chunk(plain), policy.predict_chunk(padded), atol=1e-5)
+    small = env.reset_to(make_specs(1, 7, n_objects=3)[0])[0]
+    large = env.reset_to(make_specs(1, 8, n_objects=5)[0])[0]
+    alone = obs_to_batch([small], hashing)
+    mixed = obs_to_batch([small, large], hashing)  # small is padded to 5 entities here
+    assert alone.objects.shape[1] == 3 and mixed.objects.shape[1] == 5
+    with torch.no_grad():
+        z_alone = policy.encoder(alone, policy.stats)[0]
+        z_mixed = policy.encoder(mixed, policy.stats)[0]
+    torch.testing.assert_close(z_alone, z_mixed, atol=1e-5, rtol=0)
 
 
 def test_select_action_queue_and_reset(data, hashing) -> None:

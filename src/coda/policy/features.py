@@ -108,7 +108,8 @@ def obs_to_batch(observations: Sequence[Mapping[str, Any]], text: TextEmbedder) 
     if not parts:
         raise ObservationError("observations must not be empty")
     p_dim, f_dim = parts[0][0].shape[0], parts[0][1].shape[1]
-    m_max = max(1, max(p[1].shape[0] for p in parts))
+    # slots after the last real entity only cost attention time: keep up to the last one in any observation
+    m_max = max(1, max((int(np.flatnonzero(p[2])[-1]) + 1) if p[2].any() else 0 for p in parts))
     b = len(parts)
     proprio = np.zeros((b, p_dim), np.float32)
     objects = np.zeros((b, m_max, f_dim), np.float32)
@@ -119,9 +120,9 @@ def obs_to_batch(observations: Sequence[Mapping[str, Any]], text: TextEmbedder) 
             raise ObservationError(
                 f"observation {i} has P={pr.shape[0]}, F={ob.shape[1]} but observation 0 has P={p_dim}, F={f_dim}"
             )
-        m = ob.shape[0]
-        proprio[i], objects[i, :m], mask[i, :m] = pr, ob, mk
-        obj_text[i * m_max : i * m_max + m] = [t if k else "" for t, k in zip(tx, mk)]
+        m = min(ob.shape[0], m_max)
+        proprio[i], objects[i, :m], mask[i, :m] = pr, ob[:m], mk[:m]
+        obj_text[i * m_max : i * m_max + m] = [t if k else "" for t, k in zip(tx[:m], mk[:m])]
     emb = text.encode(obj_text).reshape(b, m_max, -1)
     instr = text.encode([p[4] for p in parts])
     return ObsBatch(
