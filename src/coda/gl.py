@@ -7,6 +7,7 @@ that renders. EGL (Mesa llvmpipe on a CPU machine) is preferred; OSMesa is the f
 from __future__ import annotations
 
 import os
+import sys
 
 
 def configure_headless_gl(backend: str = "auto") -> str:
@@ -15,10 +16,11 @@ def configure_headless_gl(backend: str = "auto") -> str:
     Args:
         backend: "egl", "osmesa" or "auto" (keep an existing MUJOCO_GL, else egl).
     Returns:
-        The backend in effect.
+        The backend in effect (unchanged if MuJoCo was already imported in this process).
     """
     if backend == "auto":
         backend = os.environ.get("MUJOCO_GL") or "egl"
-    os.environ.setdefault("MUJOCO_GL", backend)
-    os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
-    return os.environ["MUJOCO_GL"]
+    if "mujoco" not in sys.modules:  # once MuJoCo is imported its GL backend is fixed
+        os.environ["MUJOCO_GL"] = backend
+        os.environ["PYOPENGL_PLATFORM"] = backend
+    return os.environ.get("MUJOCO_GL", backend)

@@ -71,6 +71,7 @@ def run_command(
     """Run CoDA: SFT, then co-evolution rounds; writes memory, checkpoints and report.html to a run directory."""
     from coda.config import build_config
     from coda.engine.loop import resume_run, run, start_run
+    from coda.gl import configure_headless_gl
 
     if resume is not None:
         if any(v is not None for v in (preset, config, set_, strategy, family, rounds, seed, memory, run_dir)):
@@ -85,6 +86,7 @@ def run_command(
         data = {"scene": {"families": list(family)}} if family else None
         cfg = build_config(preset, config, extra, data=data)
         ctx = start_run(cfg, run_dir)
+    configure_headless_gl(ctx.cfg.sim.gl_backend)  # before the simulator imports MuJoCo
     console.print(f"run directory: [bold]{ctx.run_dir}[/]")
     result = run(ctx)
     console.print(f"report: [bold]{result.run_dir / 'report.html'}[/]")
