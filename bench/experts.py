@@ -107,6 +107,7 @@ def main() -> None:
                         f"{family}/{split}: success {cell['success']:.3f} over {cell['n']} valid scenes "
                         f"({cell['candidates']} generated, rejected {cell['rejected']}) in {cell['seconds']} s",
                         highlight=False,
+                        soft_wrap=True,
                     )
     finally:
         if pool:
