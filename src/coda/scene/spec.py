@@ -285,6 +285,8 @@ def format_validation_error(what: str, err: ValidationError) -> str:
             parts.append(f"{what} field '{loc}' is missing")
         elif e["type"] == "extra_forbidden":
             parts.append(f"{what} field '{loc}' is not a known field")
+        elif not loc:  # a rule over several fields: the message names them
+            parts.append(f"{what}: {msg}")
         else:
             val = e.get("input")
             shown = "" if isinstance(val, (dict, list)) else f" = {val!r}"
