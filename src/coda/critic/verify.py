@@ -210,8 +210,9 @@ def check_consistency(d: Diagnosis, f: TraceFacts, stage_slack: int = 1) -> Chec
 # ---- (b) counterfactual ------------------------------------------------------------------------------
 
 
-def _role(name: str | None, spec: ScenarioSpec) -> str:
-    """A role reference that carries over to other scenes (entity names do not)."""
+def role_of(name: str | None, spec: ScenarioSpec) -> str:
+    """The role of an entity in a scene — target, goal, alt or other (None means the target): a reference
+    that carries over to other scenes, where entity names do not."""
     g = spec.goal[0]
     if name is None or name == g.args[0]:
         return "target"
@@ -238,7 +239,7 @@ def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[
     """
     from coda.scene.regions import REGIONS
 
-    ref = _role(f.entity, spec)
+    ref = role_of(f.entity, spec)
     if f.kind in ("position", "region"):
         if f.value == "robot_start":
             return [{"op": "move_robot_start", "args": {}}]

@@ -45,7 +45,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from coda.critic.diagnosis import FAILURE_MODES, Diagnosis, SceneFactor
-from coda.critic.verify import Verdict
+from coda.critic.verify import Verdict, role_of
 from coda.errors import CodaError
 from coda.scene.regions import REGIONS, grid_region_of
 from coda.scene.spec import ScenarioSpec
@@ -70,20 +70,7 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
-# ---- roles and tokens ----------------------------------------------------------------------------------
-
-
-def role_of(name: str | None, spec: ScenarioSpec) -> str:
-    """The role of an entity in a scene (see the module docstring); None means the target."""
-    g = spec.goal[0]
-    if name is None or name == g.args[0]:
-        return "target"
-    if len(g.args) > 1 and name == g.args[1]:
-        return "goal"
-    goal = {a for x in spec.goal for a in x.args}
-    if entity_kinds(spec).get(name) in ("container", "region") and name not in goal:
-        return "alt"
-    return "other"
+# ---- roles and tokens (an entity's role: coda.critic.verify.role_of) ------------------------------------------
 
 
 def entity_for_role(role: str, spec: ScenarioSpec) -> str | None:
