@@ -1,115 +1,191 @@
-"""`report.html`: what a run did and how well the policy does, rebuilt from the run's memory alone."""
+"""`report.html`: what a run did and how well the policy does, rebuilt from the run's memory alone.
+
+The report is one self-contained HTML file in the run directory: figures are matplotlib PNGs and images
+(keyframes of failures, rendered generated scenes) are embedded as `data:` URLs, so it opens from anywhere and
+makes no request. It shows
+
+- rounds at a glance (committed phases, probe success, verified diagnoses, programs, generated scenes);
+- policy success per round on the sft split and every OOD split, per family (line plot + table with counts);
+- critic diagnoses per round and failure-mode class with their verification outcome; verified failure modes
+  with learning progress and budget share per round; the generation budget per source and round;
+- generation programs with lineage (parent → child, level), the scenes each made, training programs;
+- a handful of generated scenes per round rendered with the tabletop simulator, with their program's key, and
+  the invalid generated scenes with the validity check's reason;
+- diagnosed probe failures: keyframes, diagnosis (mode, explanation, factors) and verdict (every check);
+- failed evaluation episodes, checkpoints and the run's resolved configuration.
+
+`coda report RUN_DIR` rebuilds it for a finished, running or killed run (`build_report`).
+"""
 
 from __future__ import annotations
 
-import base64
-import html
-import io
-import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from coda.engine.context import RunContext
+from coda.engine.report_data import ReportData, load_report_data
+from coda.engine.report_html import (
+    CSS,
+    checkpoints_section,
+    config_section,
+    diagnosed_section,
+    esc,
+    eval_failures_section,
+    failure_mode_section,
+    header,
+    pick_scenes,
+    programs_section,
+    scenes_section,
+    success_section,
+    summary_section,
+)
 
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:2rem;max-width:1100px;color:#222}
-table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-.gallery{display:flex;flex-wrap:wrap;gap:1rem}.card{border:1px solid #ddd;padding:.5rem;width:420px;font-size:.85rem}
-.card img{width:128px;height:128px;image-rendering:pixelated}
-"""
-
-
-def _png_data_url(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def success_by_round(ctx: RunContext) -> dict[int, dict[str, dict[str, list[int]]]]:
-    """round -> family -> split -> [successes, episodes] over the policy's evaluate-phase episodes."""
-    out: dict[int, dict[str, dict[str, list[int]]]] = {}
-    for e in ctx.memory.list("episode", run_id=ctx.run_id):
-        if e.phase != "measure" or e.info.get("kind") != "eval":
-            continue
-        c = out.setdefault(e.round, {}).setdefault(e.info["family"], {}).setdefault(e.info["split"], [0, 0])
-        c[0] += int(e.success)
-        c[1] += 1
-    return out
+REPORT_FILE = "report.html"
+SECTIONS = (("summary", "Rounds"), ("success", "Success"), ("modes", "Failure modes"), ("programs", "Programs"),
+            ("scenes", "Generated scenes"), ("invalid", "Invalid scenes"), ("diagnosed", "Diagnosed failures"),
+            ("eval-failures", "Evaluation failures"), ("checkpoints", "Checkpoints"), ("config", "Configuration"))
 
 
-def _success_plot(table: dict[int, dict[str, dict[str, list[int]]]]) -> str:
-    import matplotlib
+@dataclass
+class ReportOptions:
+    """How much the report shows.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Attributes:
+        scenes_per_round: generated scenes rendered per round (0: none; rendering needs headless GL).
+        thumbnail_size: rendered scene size in pixels.
+        eval_failures_per_round: failed evaluation episodes with keyframes shown per round.
+    """
 
-    last = max(table)
-    families = sorted(table[last])
-    splits = sorted({s for f in families for s in table[last][f]}, key=lambda s: (s != "sft", s))
-    fig, ax = plt.subplots(figsize=(9, 3.2))
-    width = 0.8 / max(1, len(families))
-    for i, f in enumerate(families):
-        vals = [table[last][f].get(s, [0, 0]) for s in splits]
-        ax.bar([j + i * width for j in range(len(splits))], [k / n if n else 0 for k, n in vals], width, label=f)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(splits))], splits)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("success")
-    ax.set_title(f"policy success per split (round {last})")
-    ax.legend(fontsize=8, ncol=4)
-    url = _png_data_url(fig)
-    plt.close(fig)
-    return url
+    scenes_per_round: int = 4
+    thumbnail_size: int = 160
+    eval_failures_per_round: int = 3
 
 
-def write_report(ctx: RunContext, path: Path | None = None) -> Path:
-    """Write `report.html` into the run directory from memory and artifacts; returns its path."""
-    path = path or ctx.run_dir / "report.html"
-    table = success_by_round(ctx)
-    run = ctx.memory.get_run(ctx.run_id)
-    parts = [f"<h1>CoDA run {html.escape(ctx.run_id)}</h1>",
-             f"<p>strategy <b>{html.escape(run.strategy)}</b> · seed {run.seed} · preset "
-             f"{html.escape(str(run.config.get('preset')))} · status {html.escape(run.status)}</p>"]
-    counts = ctx.memory.counts(ctx.run_id)
-    parts.append("<h2>Memory</h2><table><tr><th>record kind</th><th>count</th></tr>"
-                 + "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>" for k, v in counts.items())
-                 + "</table>")
-    if table:
-        parts.append(f'<h2>Success</h2><img alt="success per split" src="{_success_plot(table)}">')
-        for rnd in sorted(table):
-            fam = table[rnd]
-            splits = sorted({s for f in fam for s in fam[f]}, key=lambda s: (s != "sft", s))
-            rows = "".join(
-                f"<tr><td>{html.escape(f)}</td>"
-                + "".join(f"<td>{_cell(fam[f].get(s))}</td>" for s in splits) + "</tr>" for f in sorted(fam))
-            parts.append(f"<h3>Round {rnd}</h3><table><tr><th>family</th>"
-                         + "".join(f"<th>{html.escape(s)}</th>" for s in splits) + f"</tr>{rows}</table>")
-    parts.append(_failure_gallery(ctx))
-    parts.append("<h2>Configuration</h2><pre>" + html.escape(json.dumps(run.config, indent=1)) + "</pre>")
-    doc = (f"<!doctype html><html><head><meta charset='utf-8'><title>CoDA {html.escape(ctx.run_id)}</title>"
-           f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(doc)
+def build_report(memory: Any, run_id: str, run_dir: Path, path: Path | None = None,
+                 options: ReportOptions | None = None) -> Path:
+    """Write `report.html` for one run from its memory records and the artifacts in its run directory.
+
+    Args:
+        memory: a `coda.memory.Memory` holding the run (read-only is enough).
+        run_id: the run's name.
+        run_dir: the run directory (keyframe artifacts are read from there; the report goes there).
+        path: where to write the report (default `run_dir/report.html`); written atomically.
+        options: what to show (default ReportOptions()).
+
+    Returns:
+        The report's path.
+
+    Raises:
+        RecordNotFoundError: no run named `run_id` in memory.
+    """
+    options = options or ReportOptions()
+    data = load_report_data(memory, run_id, max_eval_failures=options.eval_failures_per_round)
+    html_text = render_report(data, run_dir, options)
+    path = Path(path) if path is not None else Path(run_dir) / REPORT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(html_text, encoding="utf-8")
     tmp.replace(path)
     return path
 
 
-def _cell(c: list[int] | None) -> str:
-    if not c or not c[1]:
-        return "–"
-    return f"{c[0] / c[1]:.2f} <small>({c[0]}/{c[1]})</small>"
+def write_report(ctx: RunContext, path: Path | None = None, options: ReportOptions | None = None) -> Path:
+    """Write `report.html` into the run directory of a running engine (see `build_report`)."""
+    return build_report(ctx.memory, ctx.run_id, ctx.run_dir, path, options)
 
 
-def _failure_gallery(ctx: RunContext, limit: int = 24) -> str:
-    cards = []
-    for e in ctx.memory.list("episode", run_id=ctx.run_id):
-        if e.success or not e.artifacts or len(cards) >= limit:
-            continue
-        sc = ctx.memory.get("scenario", e.scenario_id)
-        imgs = "".join(f'<img alt="{html.escape(k)}" src="{html.escape(ref["path"])}">'
-                       for k, ref in sorted(e.artifacts.items()) if k.startswith("keyframe"))
-        cards.append(f'<div class="card">{imgs}<br>round {e.round} · {html.escape(sc.family)} / '
-                     f'{html.escape(str(sc.split))}<br><i>{html.escape(sc.spec["instruction"])}</i></div>')
-    if not cards:
-        return ""
-    return "<h2>Failures</h2><div class='gallery'>" + "".join(cards) + "</div>"
+def render_report(data: ReportData, run_dir: Path, options: ReportOptions | None = None) -> str:
+    """The report's HTML text for `data` (plots drawn, keyframes read from `run_dir`, scenes rendered)."""
+    from coda.engine import report_plots as plots
+
+    options = options or ReportOptions()
+    frames = _ArtifactReader(Path(run_dir))
+    shown = [s for r in sorted({s.round for s in data.generated})
+             for s in pick_scenes([s for s in data.generated if s.round == r and s.valid], options.scenes_per_round)]
+    thumbs = render_thumbnails([(s.id, s.spec) for s in shown], data.config.get("sim") or {},
+                               options.thumbnail_size)
+    body = [
+        header(data, SECTIONS),
+        "<main>",
+        summary_section(data),
+        success_section(data, {f: plots.success_plot(f, data.success[f]) for f in data.success}),
+        failure_mode_section(data, plots.diagnosis_plot(data.diagnosis_counts),
+                             plots.progress_plot(data.failure_modes), plots.budget_plot(data.budget)),
+        programs_section(data),
+        scenes_section(data, thumbs, options.scenes_per_round),
+        diagnosed_section(data, frames),
+        eval_failures_section(data, frames),
+        checkpoints_section(data),
+        config_section(data),
+        "</main>",
+    ]
+    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>CoDA report · {esc(data.run_id)}</title><style>{CSS}</style></head><body>"
+            + "".join(body) + "</body></html>\n")
+
+
+class _ArtifactReader:
+    """Reads referenced PNG artifacts of a run directory; a missing or corrupt file gives its reason."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from coda.memory.artifacts import ArtifactStore
+
+        self.store = ArtifactStore(run_dir)
+
+    def __call__(self, ref: dict[str, Any]) -> bytes | str:
+        from coda.memory.errors import ArtifactError
+
+        try:
+            return self.store.read_bytes(ref)
+        except (ArtifactError, OSError, KeyError, TypeError, ValueError) as e:
+            return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def render_thumbnails(scenes: list[tuple[int, dict[str, Any]]], sim: dict[str, Any],
+                      size: int) -> dict[int, bytes | str]:
+    """Render each scene's initial state (front camera) with the tabletop simulator.
+
+    Args:
+        scenes: (scenario id, ScenarioSpec as JSON) pairs.
+        sim: the run's `sim` configuration section (backend and physics settings).
+        size: image size in pixels.
+
+    Returns:
+        scenario id -> PNG bytes, or the reason it could not be rendered (never raises for a bad scene).
+    """
+    if not scenes:
+        return {}
+    if sim.get("backend", "tabletop") != "tabletop":
+        return {i: f"scenes of the '{sim.get('backend')}' backend are not rendered here" for i, _ in scenes}
+    import io
+
+    from PIL import Image
+
+    from coda.errors import CodaError
+    from coda.scene.spec import ScenarioSpec
+    from coda.sim.config import SimConfig
+
+    try:
+        from coda.sim.tabletop.env import TabletopEnv
+
+        env = TabletopEnv(config=SimConfig.model_validate(sim) if sim else SimConfig())
+    except (CodaError, ValueError, RuntimeError, ImportError) as e:
+        return {i: f"not rendered: {e}" for i, _ in scenes}
+    out: dict[int, bytes | str] = {}
+    try:
+        for sid, spec in scenes:
+            try:
+                env.reset_to(ScenarioSpec.from_dict(spec))
+                buf = io.BytesIO()
+                Image.fromarray(env.render(camera="front", size=size)).save(buf, format="PNG")
+                out[sid] = buf.getvalue()
+            except (CodaError, ValueError, RuntimeError) as e:
+                out[sid] = f"not rendered: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    finally:
+        env.close()
+    return out
+
+
+__all__ = ["REPORT_FILE", "ReportOptions", "build_report", "render_report", "render_thumbnails", "write_report"]
