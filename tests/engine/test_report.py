@@ -423,11 +423,11 @@ class _DevTools:
             self.events.append(got)
         return dict(got)
 
-    def wait_for(self, method: str) -> dict[str, Any]:
-        while True:
-            for e in self.events:
-                if e["method"] == method:
-                    return e
+    def open(self, url: str) -> None:
+        """Navigate the page to `url` and wait for its load event."""
+        start = len(self.events)
+        self.send("Page.navigate", session=True, url=url)
+        while not any(e["method"] == "Page.loadEventFired" for e in self.events[start:]):
             self._recv()
 
     def evaluate(self, expression: str) -> Any:
@@ -465,8 +465,7 @@ def browser(tmp_path: Path) -> Iterator[_DevTools]:
 def test_report_loads_cleanly_in_chromium(report: Path, browser: _DevTools) -> None:
     for domain in ("Page", "Runtime", "Log", "Network"):
         browser.send(f"{domain}.enable", session=True)
-    browser.send("Page.navigate", session=True, url=report.resolve().as_uri())
-    browser.wait_for("Page.loadEventFired")
+    browser.open(report.resolve().as_uri())
     images = browser.evaluate(
         "Promise.all([...document.images].map(i => i.decode().then(() => [i.alt, i.naturalWidth], "
         "() => [i.alt, 0])))")
@@ -494,8 +493,7 @@ def test_browser_check_sees_a_broken_image(tmp_path: Path, browser: _DevTools) -
                     "<script>console.error('boom')</script></body></html>")
     for domain in ("Page", "Runtime"):
         browser.send(f"{domain}.enable", session=True)
-    browser.send("Page.navigate", session=True, url=page.as_uri())
-    browser.wait_for("Page.loadEventFired")
+    browser.open(page.as_uri())
     images = browser.evaluate("Promise.all([...document.images].map(i => i.decode().then(() => [i.alt, "
                               "i.naturalWidth], () => [i.alt, 0])))")
     assert images == [["bad", 0]]
