@@ -323,6 +323,24 @@ def test_text_from_memory_is_escaped(report: Path) -> None:
     assert "&lt;script&gt;" in text
 
 
+def test_report_of_a_run_without_rounds(tmp_path: Path) -> None:
+    # an sft run killed after round 0's scenes: every section still there, saying why it is empty
+    cfg = build_config("tiny", data={"scene": {"families": ["stack"]}})
+    with open_memory(tmp_path) as mem:
+        mem.create_run("sft-run", config=cfg.model_dump(mode="json"), seed=3, strategy="sft")
+        with mem.phase("sft-run", 0, "scenes") as tx:
+            tx.add_all([Scenario.from_spec(s, split="sft") for s in make_split("stack", "sft", 2, 0)])
+        out = build_report(mem, "sft-run", tmp_path)
+    page = _Page(out.read_text(encoding="utf-8"))
+    assert set(SECTIONS) <= {a.get("id") for _, a in page.tags}
+    assert not page.imgs()
+    text = page.plain()
+    for said in ("no evaluation episodes in memory", "no diagnoses", "no verified failure mode",
+                 "no generation programs", "no generated scenes", "no diagnosed episodes", "no checkpoints"):
+        assert said in text, said
+    assert "status running" in text and "families stack" in text
+
+
 def _cli() -> typer.Typer:
     from coda.cli.report import report_command
 
