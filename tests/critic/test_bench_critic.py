@@ -1,0 +1,102 @@
+"""The critic bench's scoring: ground-truth factors, factor matching, the reference mode and precisions."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from coda.critic.diagnosis import Diagnosis, DiagnosisRejected, SceneFactor
+from coda.critic.trace import Release, TraceFacts
+from coda.scene.spec import ScenarioSpec
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "critic.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_critic", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_critic"] = mod  # dataclasses resolve their module by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def facts(spec: ScenarioSpec, **kw: Any) -> TraceFacts:
+    base: dict[str, Any] = dict(
+        spec=spec, steps=200, success=False, target="obj0", destination="bowl0", drawer=None, grasped={},
+        lifted=frozenset(), closed_near=frozenset(), touched=frozenset(), tilted=frozenset(),
+        moved={"obj0": 0.0, "obj1": 0.0}, releases=(), rests_in=None, end_dist=0.3,
+        stage_kinds=("reach", "grasp", "lift", "carry", "place"), max_stage=0, phi=np.zeros(201), gripper_path=0.2,
+    )
+    base.update(kw)
+    return TraceFacts(**base)
+
+
+def factor(kind: str, entity: str | None = None, value: str = "x") -> SceneFactor:
+    return SceneFactor(kind=kind, entity=entity, value=value, detail="")  # type: ignore[arg-type]
+
+
+def test_true_factors_and_matching(bench: ModuleType) -> None:
+    T = bench.TrueFactor
+    got = bench.true_factors(("position:obj0", "robot_start", "task", "object:obj1:colour", "physics:mass", "bogus"))
+    assert got == (T("position", "obj0"), T("position", None, "robot_start"), T("instruction"),
+                   T("object_attribute", "obj1", "color"), T("physics", None, "mass"))
+    m = bench.factor_matches
+    assert m(factor("position", "obj0", "far_left"), T("position", "obj0"))
+    assert not m(factor("position", "obj1", "far_left"), T("position", "obj0"))
+    assert not m(factor("region", "obj0", "far_left"), T("position", "obj0"))
+    assert m(factor("position", None, "robot_start"), T("position", None, "robot_start"))
+    assert not m(factor("position", "obj0", "far_left"), T("position", None, "robot_start"))
+    assert m(factor("object_attribute", "obj1", "color=purple"), T("object_attribute", "obj1", "color"))
+    assert not m(factor("object_attribute", "obj1", "size=large"), T("object_attribute", "obj1", "color"))
+    assert m(factor("physics", None, "mass_scale=3.00"), T("physics", None, "mass"))
+    assert not m(factor("physics", None, "friction_scale=0.40"), T("physics", None, "mass"))
+    assert m(factor("distractor", "obj2", "blue cube"), T("distractor"))
+
+
+def test_reference_mode_orders_target_progress_first(bench: ModuleType, pick_place_spec: ScenarioSpec) -> None:
+    ref = bench.reference_mode
+    assert ref(facts(pick_place_spec)) == "no_progress"
+    assert ref(facts(pick_place_spec, gripper_path=1.5)) == "detour"
+    assert ref(facts(pick_place_spec, closed_near=frozenset({"obj0"}))) == "missed_grasp"
+    wrong = facts(pick_place_spec, grasped={"obj1": 5}, closed_near=frozenset({"obj0"}))
+    assert ref(wrong) == "wrong_object" and bench.true_objects(wrong, "wrong_object") == {"obj0", "obj1"}
+    # A tipped object counts only when the target made no progress (the privileged list puts it first).
+    slipped = Release(step=50, commanded=False, over_destination=False, height=0.1, dist=0.3)
+    assert ref(facts(pick_place_spec, grasped={"obj0": 30}, releases=(slipped,), tilted=frozenset({"obj1"}))) == "slip_during_transport"
+    assert ref(facts(pick_place_spec, tilted=frozenset({"obj1"}))) == "knocked_over"
+    near = Release(step=80, commanded=True, over_destination=False, height=0.1, dist=0.05)
+    far = Release(step=80, commanded=True, over_destination=False, height=0.1, dist=0.3)
+    assert ref(facts(pick_place_spec, grasped={"obj0": 30}, releases=(near,))) == "imprecise_placement"
+    assert ref(facts(pick_place_spec, grasped={"obj0": 30}, releases=(far,))) == "premature_release"
+    assert ref(facts(pick_place_spec, grasped={"obj0": 30}, releases=(far,), rests_in="obj1")) == "wrong_target"
+
+
+def test_scores_and_precisions(bench: ModuleType, pick_place_spec: ScenarioSpec) -> None:
+    truth = bench.Truth("missed_grasp", frozenset({"obj0"}), (bench.TrueFactor("position", "obj0"),))
+    d = Diagnosis(failure_mode="missed_grasp", stage_reached="reach", objects=("obj0",),
+                  factors=(factor("position", "obj0", "far_left"),), explanation="e", stage_plan="1. reach obj0")
+    assert bench.score(d, truth).correct
+    assert bench.score(d.model_copy(update={"objects": ("obj1", "obj0")}), truth) == bench.Marks(True, False, True)
+    assert bench.score(DiagnosisRejected(reason="r", raw_text=""), truth) == bench.Marks(False, False, False)
+    R, M = bench.Row, bench.Marks
+    rows = [R("push/task/000", M(True, True, True), accepted=True),
+            R("push/task/001", M(True, True, True), accepted=False, corruption="mode"),
+            R("stack/physics/000", M(False, True, False), accepted=False, corruption="factor"),
+            R("drawer/physics/000", M(True, False, True), accepted=True)]
+    s = bench.summarize(rows)
+    assert s["n"] == 4 and s["n_accepted"] == 2 and s["n_correct"] == 2
+    assert s["before"] == {"mode_precision": 0.75, "object_precision": 0.75, "factor_precision": 0.75}
+    assert s["after"] == {"mode_precision": 1.0, "object_precision": 0.5, "factor_precision": 1.0}
+    assert s["correct_rejected_fraction"] == 0.5
+    assert s["corrupted"]["n"] == 2 and s["corrupted"]["rejected_fraction"] == 1.0
+    assert s["by_split"]["physics"] == {"n": 2, "n_accepted": 1, "factor_before": 0.5, "factor_after": 1.0}
+    none = bench.summarize([R("push/task/000", M(False, False, False), accepted=False)])
+    assert none["after"]["mode_precision"] is None and none["correct_rejected_fraction"] is None
