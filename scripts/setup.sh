@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up CoDA on a fresh Debian machine: system packages (when missing), then .venv with the project.
 #   scripts/setup.sh            rendering libraries + venv
-#   scripts/setup.sh --tests    also PostgreSQL (the test suite starts its own server)
+#   scripts/setup.sh --tests    also PostgreSQL and Chromium (the tests start their own server and browser)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +21,8 @@ fi
 
 # --- system packages -----------------------------------------------------------------------------
 pkgs=(libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6)
-[ "$want_pg" = 1 ] && pkgs+=(postgresql)
+# The tests also start a PostgreSQL server and open report.html in headless Chromium.
+[ "$want_pg" = 1 ] && pkgs+=(postgresql chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
