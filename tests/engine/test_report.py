@@ -258,6 +258,7 @@ def test_tables_match_the_records(written: Written) -> None:
     assert d.probe_success[1] == Rate(0, 2)
     assert d.diagnosis_counts[1]["missed_grasp"]["verified"] == 1
     assert d.diagnosis_counts[1]["unparsed"]["malformed answer"] == 1
+    assert d.mode_counts == {MODE: {1: 1}}  # the verified diagnosis, keyed as the engine keys it
     assert d.budget == {1: {MODE: 3, "explore": 1}, 2: {MODE: 4}}
     (mode,) = d.failure_modes
     assert mode.progress == {1: (0.0, 0.5, 0.75), 2: (0.5, 1.0, 1.0)}
@@ -287,6 +288,7 @@ def test_report_sections_tables_and_plots(report: Path, written: Written) -> Non
         assert im.width > 300 and _colours(im) > 20, name  # drawn, not blank
     modes = page.table_with("failure mode", "description", "round 1")
     assert modes[1][0] == MODE and "0.00 → 0.50" in modes[1][4] and "share 0.75" in modes[1][4]
+    assert page.table_with("failure mode", "round 1", "total")[1] == [MODE, "1", "1"]
     assert "mode0_r1 r1 L0 · missed_grasp" in page.plain()
     programs = page.table_with("key", "level", "parent", "valid", "invalid")
     child = next(r for r in programs if r[1] == "mode0_r2")

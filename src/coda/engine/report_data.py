@@ -108,6 +108,7 @@ class FailureCard:
     verdict: dict[str, Any] | None  # Verdict as JSON, None when not verified
     verdict_passed: bool | None
     verdict_reason: str | None
+    mode_key: str | None = None  # failure-mode key of a verified diagnosis (failure mode + verified factors)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ class ReportData:
     success: dict[str, dict[str, dict[int, Rate]]]  # family -> split -> round -> Rate
     probe_success: dict[int, Rate]  # round -> probe success
     diagnosis_counts: dict[int, dict[str, dict[str, int]]]  # round -> critic mode -> outcome -> count
+    mode_counts: dict[str, dict[int, int]]  # failure-mode key -> round -> verified diagnoses with that key
     failure_modes: list[FailureModeRow]
     budget: dict[int, dict[str, int]]  # round -> source label -> scenes budgeted
     programs: list[ProgramRow]
@@ -226,6 +228,7 @@ def load_report_data(memory: Any, run_id: str, *, max_eval_failures: int = 4) ->
     verdict_of = {vd.diagnosis_id: vd for vd in rec["verdict"]}
     episodes = {e.id: e for e in rec["episode"]}
     diag_counts: dict[int, dict[str, dict[str, int]]] = {}
+    mode_counts: dict[str, dict[int, int]] = {}
     cards: list[FailureCard] = []
     for d in sorted(rec["diagnosis"], key=lambda d: (d.round, d.id)):
         data = d.data if isinstance(d.data, dict) else {}
@@ -244,8 +247,12 @@ def load_report_data(memory: Any, run_id: str, *, max_eval_failures: int = 4) ->
         if ep is None:
             notes.append(f"diagnosis {d.id} names episode {d.episode_id}, which is not in memory")
             continue
+        key = _mode_key(data, vjson, scenarios.get(ep.scenario_id)) if vd is not None and vd.passed else None
+        if key is not None:
+            per_round = mode_counts.setdefault(key, {})
+            per_round[d.round] = per_round.get(d.round, 0) + 1
         cards.append(FailureCard(
-            episode_id=ep.id, round=d.round, family=scenarios[ep.scenario_id].family if ep.scenario_id in scenarios
+            mode_key=key, episode_id=ep.id, round=d.round, family=scenarios[ep.scenario_id].family if ep.scenario_id in scenarios
             else str(ep.info.get("family", "?")), instruction=_instruction(scenarios, ep.scenario_id),
             keyframes=_keyframes(ep.artifacts), critic=d.critic, accepted_by_critic=d.accepted, diagnosis=data,
             reject_reason=d.reason, verdict=vjson, verdict_passed=None if vd is None else vd.passed,
@@ -283,7 +290,7 @@ def load_report_data(memory: Any, run_id: str, *, max_eval_failures: int = 4) ->
         success={f: {s: {r: Rate(*c) for r, c in sorted(rs.items())} for s, rs in sp.items()}
                  for f, sp in success.items()},
         probe_success={r: Rate(*c) for r, c in sorted(probe.items())},
-        diagnosis_counts=diag_counts, failure_modes=modes, budget=budget, programs=progs, generated=generated,
+        diagnosis_counts=diag_counts, mode_counts=mode_counts, failure_modes=modes, budget=budget, programs=progs, generated=generated,
         cards=cards, eval_failures=eval_failures,
         checkpoints=[(c.round, c.path, dict(c.metrics or {})) for c in sorted(rec["checkpoint"], key=lambda c: c.id)],
         training_programs=[(t.round, t.key, dict(t.body or {}))
@@ -300,6 +307,24 @@ def round_robin(groups: Sequence[Sequence[T]], n: int) -> list[T]:
             if i < len(g) and len(out) < n:
                 out.append(g[i])
     return out
+
+
+def _mode_key(diagnosis: dict[str, Any], verdict: dict[str, Any] | None, scenario: Any) -> str | None:
+    """The mode key the engine files a verified diagnosis under (before merging near-identical explanations);
+    None when the stored JSON no longer parses."""
+    from pydantic import ValidationError
+
+    from coda.critic.diagnosis import Diagnosis
+    from coda.critic.verify import Verdict
+    from coda.engine.modes import diagnosis_key
+    from coda.errors import CodaError
+    from coda.scene.spec import ScenarioSpec
+
+    try:
+        spec = ScenarioSpec.from_dict(scenario.spec) if scenario is not None else None
+        return diagnosis_key(Diagnosis.model_validate(diagnosis), Verdict.model_validate(verdict or {}), spec)
+    except (CodaError, ValidationError, ValueError):
+        return None
 
 
 def _keyframes(artifacts: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:

@@ -195,6 +195,16 @@ def failure_mode_section(d: ReportData, diag_png: bytes | None, progress_png: by
             parts.append(img(progress_png, "learning progress per failure mode", "plot"))
     else:
         parts.append(empty("no verified failure mode"))
+    if d.mode_counts:
+        known = {m.key for m in d.failure_modes}
+        rounds = sorted({r for c in d.mode_counts.values() for r in c})
+        rows = [[esc(k) + ("" if k in known else " <small>(merged)</small>"),
+                 *(str(c.get(r, 0)) if c.get(r) else "–" for r in rounds), str(sum(c.values()))]
+                for k, c in sorted(d.mode_counts.items())]
+        parts.append("<h3>Verified diagnoses per failure mode</h3><p>Keyed by failure mode and verified factors; "
+                     "<small>(merged)</small>: filed under a known mode of the same class whose explanation is "
+                     "near-identical.</p>"
+                     + table(["failure mode", *(f"round {r}" for r in rounds), "total"], rows))
     parts.append("<h3>Generation budget</h3>")
     labels = sorted({k for r in d.budget for k in d.budget[r]})
     if labels:
@@ -326,6 +336,8 @@ def _card(c: FailureCard, frames: Frames) -> str:
                     f"stage reached <b>{esc(dg.get('stage_reached', '?'))}</b> · objects "
                     f"{esc(', '.join(map(str, dg.get('objects') or [])) or '–')}</div>")
         body.append(f"<div class='explain'>{esc(dg.get('explanation', ''))}</div>")
+        if c.mode_key:
+            body.append(f"<div>filed under failure mode <b>{esc(c.mode_key)}</b></div>")
         factors = [f for f in dg.get("factors") or [] if isinstance(f, dict)]
         if factors:
             body.append(table(["factor", "entity", "value", "why"],
