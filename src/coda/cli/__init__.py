@@ -46,6 +46,7 @@ def doctor(
 
 from coda.cli.memory import app as memory_app  # noqa: E402
 from coda.cli.policy import demos_app, eval_command, train_app  # noqa: E402
+from coda.cli.report import report_command  # noqa: E402
 from coda.cli.scenes import app as scenes_app  # noqa: E402
 
 app.add_typer(memory_app, name="memory")
@@ -53,6 +54,7 @@ app.add_typer(scenes_app, name="scenes")
 app.add_typer(demos_app, name="demos")
 app.add_typer(train_app, name="train")
 app.command("eval")(eval_command)
+app.command("report")(report_command)
 
 @app.command("run")
 @one_line_errors
@@ -67,6 +69,8 @@ def run_command(
     memory: Annotated[Optional[str], typer.Option("--memory", help="memory URL (default: SQLite in the run dir)")] = None,
     run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="run directory to create")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="continue the run in this directory")] = None,
+    from_round0: Annotated[Optional[Path], typer.Option(
+        "--from-round0", help="start from this run's committed round 0 (same SFT policy, e.g. across strategies)")] = None,
 ) -> None:
     """Run CoDA: SFT, then co-evolution rounds; writes memory, checkpoints and report.html to a run directory."""
     from coda.config import build_config
@@ -74,7 +78,7 @@ def run_command(
     from coda.gl import configure_headless_gl
 
     if resume is not None:
-        if any(v is not None for v in (preset, config, set_, strategy, family, rounds, seed, memory, run_dir)):
+        if any(v is not None for v in (preset, config, set_, strategy, family, rounds, seed, memory, run_dir, from_round0)):
             fail("--resume takes the run's own configuration; drop the other options")
         ctx = resume_run(resume)
     else:
@@ -85,7 +89,7 @@ def run_command(
         extra += [f"memory.url={memory}"] if memory is not None else []
         data = {"scene": {"families": list(family)}} if family else None
         cfg = build_config(preset, config, extra, data=data)
-        ctx = start_run(cfg, run_dir)
+        ctx = start_run(cfg, run_dir, from_round0)
     configure_headless_gl(ctx.cfg.sim.gl_backend)  # before the simulator imports MuJoCo
     console.print(f"run directory: [bold]{ctx.run_dir}[/]")
     result = run(ctx)

@@ -1,10 +1,18 @@
-"""The run directory and what every phase of a run shares: configuration, memory, artifacts, seeds."""
+"""The run directory and what every phase of a run shares: configuration, memory, artifacts, seeds.
+
+Test hook: with the environment variable `CODA_KILL_AT=ROUND:PHASE[:WHEN]` set (e.g. `1:train:commit`), the
+engine kills its own process with SIGKILL when that phase of that round starts (WHEN = `start`, the default)
+or when its work is done and its records are about to commit (WHEN = `commit`). The resume tests use it to
+show that a run killed anywhere resumes without lost or duplicated records; nothing else should set it.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
 import json
+import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +23,8 @@ from coda.config import CodaConfig, dump_config, load_config_file
 from coda.errors import CodaError
 
 CONFIG_FILE = "config.yaml"
+KILL_ENV = "CODA_KILL_AT"
+KILL_POINTS = ("start", "commit")
 
 
 class RunDirError(CodaError):
@@ -72,6 +82,34 @@ class RunContext:
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.run_dir).as_posix()
+
+    def pending(self, round_idx: int, phase: str) -> bool:
+        """Whether that phase of that round still has to run (it has no commit marker)."""
+        if self.memory.phase_done(self.run_id, round_idx, phase):
+            return False
+        kill_point(round_idx, phase, "start")
+        return True
+
+    def commit(self, round_idx: int, phase: str) -> Any:
+        """The transaction a phase commits all its records in, with its marker (`memory.phase`)."""
+        kill_point(round_idx, phase, "commit")
+        return self.memory.phase(self.run_id, round_idx, phase)
+
+
+def kill_point(round_idx: int, phase: str, when: str = "start") -> None:
+    """SIGKILL this process if `CODA_KILL_AT` names this point (the test hook in the module docstring).
+
+    Raises:
+        RunDirError: `CODA_KILL_AT` is set but malformed.
+    """
+    spec = os.environ.get(KILL_ENV)
+    if not spec:
+        return
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or not parts[0].isdigit() or (len(parts) == 3 and parts[2] not in KILL_POINTS):
+        raise RunDirError(f"{KILL_ENV} = {spec!r} must look like ROUND:PHASE or ROUND:PHASE:WHEN, WHEN in {list(KILL_POINTS)}")
+    if (int(parts[0]), parts[1], parts[2] if len(parts) == 3 else "start") == (round_idx, phase, when):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def write_config(cfg: CodaConfig, run_dir: Path) -> Path:

@@ -8,10 +8,16 @@ Round 0 (every strategy):
 
 Rounds 1..R are run by the strategy (`coda.engine.strategies`) with the same phase discipline.
 
+A run started with `from_round0` (`coda run --from-round0 RUN_DIR`) copies round 0 from another run instead
+(`coda.engine.fork`), so strategies compared in a benchmark share one SFT policy. The `sft` strategy runs
+no rounds whatever `engine.rounds` says.
+
 Each phase is a function of the run context that returns its outputs; it commits all its records together with
 its phase marker (`memory.phase`), so a run killed anywhere resumes (`coda run --resume RUN_DIR`) by re-running
 exactly the phases without a marker. Files a phase writes are written before its commit, atomically, under
 names fixed by (round, phase), so a re-run overwrites a killed attempt's leftovers instead of adding to them.
+Every random draw is seeded from the master seed and the (round, phase) it belongs to, so a resumed run ends
+with the same memory contents as one that was never interrupted.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coda.config import CodaConfig
-from coda.engine.context import RunContext, load_run_config, new_run_dir, write_config
+from coda.engine.context import RunContext, RunDirError, load_run_config, new_run_dir, write_config
 from coda.engine.rollout import Rollout, evaluate_checkpoint
 from coda.scene.spec import ScenarioSpec
 
@@ -59,7 +65,7 @@ def phase_scenes(ctx: RunContext) -> dict[str, dict[str, list[ScenarioSpec]]]:
     from coda.scene.splits import build_split
 
     mem, cfg = ctx.memory, ctx.cfg
-    if not mem.phase_done(ctx.run_id, 0, "scenes"):
+    if ctx.pending(0, "scenes"):
         jobs = [(f, "train", "sft", cfg.scene.sft_scenes_per_family) for f in ctx.families]
         jobs += [(f, s, s, cfg.bench.eval_scenes_per_split) for f in ctx.families for s in EVAL_SPLITS]
         records: list[Any] = []
@@ -72,7 +78,7 @@ def phase_scenes(ctx: RunContext) -> dict[str, dict[str, list[ScenarioSpec]]]:
                 records += [Scenario.from_spec(r.spec, split=name, valid=False, invalid_reason=r.reason)
                             for r in res.rejected]
                 bar.advance(task)
-        with mem.phase(ctx.run_id, 0, "scenes") as tx:
+        with ctx.commit(0, "scenes") as tx:
             tx.add_all(_unique(records), exist_ok=True)
     out: dict[str, dict[str, list[ScenarioSpec]]] = {f: {} for f in ctx.families}
     for rec in mem.list("scenario", run_id=ctx.run_id, round_idx=0):
@@ -101,7 +107,7 @@ def phase_demos(ctx: RunContext, round_idx: int, specs: Sequence[ScenarioSpec], 
 
     mem = ctx.memory
     final = ctx.run_dir / "demos" / f"round_{round_idx:03d}"
-    if mem.phase_done(ctx.run_id, round_idx, name):
+    if not ctx.pending(round_idx, name):
         return final
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -124,7 +130,7 @@ def phase_demos(ctx: RunContext, round_idx: int, specs: Sequence[ScenarioSpec], 
     tmp.rename(final)
     body = {"kind": "expert_demos", "demos": ctx.rel(final), "scenes": report.attempted,
             "episodes": report.written, "steps": report.steps, "expert_failures": report.failed_specs}
-    with mem.phase(ctx.run_id, round_idx, name) as tx:
+    with ctx.commit(round_idx, name) as tx:
         tx.add(TrainingProgram(key=f"demos_r{round_idx}", body=body))
     return final
 
@@ -138,16 +144,16 @@ def phase_train(ctx: RunContext, round_idx: int, demo_dirs: Sequence[Path], *, s
 
     mem = ctx.memory
     ckpt = ctx.path("checkpoints", f"round_{round_idx:03d}.pt")
-    if mem.phase_done(ctx.run_id, round_idx, "train"):
+    if not ctx.pending(round_idx, "train"):
         return ckpt
     import torch
 
-    torch.manual_seed(ctx.seed_for("train", round_idx))
+    torch.manual_seed(ctx.seed_for("train", round_idx))  # initialisation: the same on a resumed run
     _, result = train_sft(demo_dirs, ctx.cfg.policy, ckpt, steps=steps, progress=True,
                           metrics_path=ctx.path("metrics", f"train_round_{round_idx:03d}.jsonl"))
     digest, _ = sha256_file(ckpt)
     metrics = {k: v for k, v in vars(result).items() if isinstance(v, (int, float, str))}
-    with mem.phase(ctx.run_id, round_idx, "train") as tx:
+    with ctx.commit(round_idx, "train") as tx:
         tx.add(Checkpoint(path=ctx.rel(ckpt), sha256=digest, metrics=metrics))
     return ckpt
 
@@ -165,7 +171,7 @@ def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
     from coda.memory import Checkpoint, Episode, Scenario
 
     mem = ctx.memory
-    if not mem.phase_done(ctx.run_id, round_idx, "measure"):
+    if ctx.pending(round_idx, "measure"):
         jobs = [(f, s, spec) for f in ctx.families for s in EVAL_SPLITS for spec in splits[f].get(s, [])]
         with progress_bar(ctx.console) as bar:
             task = bar.add_task(f"round {round_idx} · measure", total=len(jobs))
@@ -176,7 +182,7 @@ def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
         ckpt_rec = [c for c in mem.list("checkpoint", run_id=ctx.run_id) if c.path == ctx.rel(checkpoint)]
         files = [_episode_artifacts(ctx, round_idx, "measure", i, r) for i, r in enumerate(rollouts)]
         extra = extra_records() if extra_records is not None else []
-        with mem.phase(ctx.run_id, round_idx, "measure") as tx:
+        with ctx.commit(round_idx, "measure") as tx:
             tx.add_all(extra)
             for (family, split, spec), r, arts in zip(jobs, rollouts, files):
                 sid = scen_ids.get(spec.spec_id)
@@ -225,13 +231,33 @@ def success_table(ctx: RunContext, round_idx: int, phase: str = "measure") -> di
 
 # ---- the run ----------------------------------------------------------------------------------------
 
-def start_run(cfg: CodaConfig, run_dir: Path | None = None) -> RunContext:
-    """Create a run directory (or use the given empty one), write the resolved config, open memory."""
+def start_run(cfg: CodaConfig, run_dir: Path | None = None, from_round0: Path | None = None) -> RunContext:
+    """Create a run directory (or use the given empty one), write the resolved config, open memory.
+
+    Args:
+        cfg: the resolved configuration.
+        run_dir: the run directory (default: a new one under `runtime.run_root`).
+        from_round0: a run directory whose committed round 0 this run starts from (see `coda.engine.fork`).
+
+    Raises:
+        RunDirError: the run directory is not empty, or `from_round0` has no committed round 0 made with the
+            same round-0 settings.
+        RegistryError: unknown strategy.
+    """
+    from coda.engine.fork import check_source, write_source
+    from coda.engine.strategies import STRATEGIES
     from coda.memory import open_memory_from_config
 
+    STRATEGIES.get(cfg.engine.strategy)  # an unknown name fails before anything is written
+    if from_round0 is not None:
+        check_source(Path(from_round0), cfg)
+    if run_dir is not None and run_dir.exists() and any(run_dir.iterdir()):
+        raise RunDirError(f"run directory '{run_dir}' already exists and is not empty; use --resume to continue it")
     run_dir = run_dir or new_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_config(cfg, run_dir)
+    if from_round0 is not None:
+        write_source(run_dir, Path(from_round0))
     mem = open_memory_from_config(run_dir, cfg.memory)
     run_id = run_dir.name
     mem.create_run(run_id, config=cfg.model_dump(mode="json"), seed=cfg.engine.seed,
@@ -249,21 +275,27 @@ def resume_run(run_dir: Path) -> RunContext:
                       families=tuple(cfg.scene.families))
 
 
-def run(ctx: RunContext) -> RunResult:
-    """Round 0 (SFT), then the strategy's rounds; the report at the end."""
+def run(ctx: RunContext, *, report: bool = True) -> RunResult:
+    """Round 0 (SFT, or copied from the run's round-0 source), then the strategy's rounds; then `report.html`
+    (unless `report` is False; `coda report RUN_DIR` writes it later)."""
+    from coda.engine.fork import copy_round0, read_source
     from coda.engine.report import write_report
     from coda.engine.strategies import make_strategy, run_round
 
     cfg = ctx.cfg
+    strategy = make_strategy(ctx)
+    source = read_source(ctx.run_dir)
+    if source is not None:
+        copy_round0(ctx, source)
     splits = phase_scenes(ctx)
     demos = phase_demos(ctx, 0, [s for f in ctx.families for s in splits[f].get("train", [])])
     ckpt = phase_train(ctx, 0, [demos], steps=cfg.policy.train_steps)
     results = {0: phase_measure_splits(ctx, 0, ckpt, splits)}
     demo_dirs = [demos]
-    strategy = make_strategy(ctx)
-    for r in range(1, cfg.engine.rounds + 1):
+    for r in range(1, (cfg.engine.rounds if strategy.runs_rounds else 0) + 1):
         ckpt, new_demos, results[r] = run_round(ctx, r, strategy, ckpt, splits, demo_dirs)
         demo_dirs.append(new_demos)
     ctx.memory.set_run_status(ctx.run_id, "done")
-    write_report(ctx)
+    if report:
+        write_report(ctx)
     return RunResult(run_dir=ctx.run_dir, run_id=ctx.run_id, success=results)

@@ -11,6 +11,10 @@ at equal generation budget, equal expert-demo budget and equal training steps.
 
 Episode traces are not stored: the simulator is deterministic, so a stored action sequence re-creates every
 state of an episode exactly (`replay_states`).
+
+A bad critic answer or a bad generated scene never stops a round: a critic that raises, times out or answers
+off-schema leaves a rejected Diagnosis record with the reason, and a scene that fails the validity checks is
+stored as an invalid Scenario with the check's reason.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class GeneratedScenes:
 
     scenes: list[ScenarioSpec]
     program_keys: list[str]
+    shortfall: int = 0  # scenes short of the budget after the fill source too (0 unless the simulator refuses all)
 
 
 def replay_states(env: Any, spec: ScenarioSpec, actions: np.ndarray) -> list[Any]:
@@ -66,7 +71,7 @@ def phase_evaluate(ctx: RunContext, r: int, checkpoint: Path, probes: Sequence[S
 
     mem = ctx.memory
     store = ArtifactStore(ctx.run_dir)
-    if not mem.phase_done(ctx.run_id, r, "evaluate"):
+    if ctx.pending(r, "evaluate"):
         with progress_bar(ctx.console) as bar:
             task = bar.add_task(f"round {r} · evaluate", total=len(probes))
             rollouts = evaluate_checkpoint(checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,
@@ -78,7 +83,7 @@ def phase_evaluate(ctx: RunContext, r: int, checkpoint: Path, probes: Sequence[S
                                              actions=ro.actions).to_dict()}
             a.update(_keyframe_refs(ctx, r, i, ro))
             arts.append(a)
-        with mem.phase(ctx.run_id, r, "evaluate") as tx:
+        with ctx.commit(r, "evaluate") as tx:
             for i, (spec, ro, art) in enumerate(zip(probes, rollouts, arts)):
                 sc = tx.add(Scenario.from_spec(spec, split="probe"), exist_ok=True)
                 tx.add(Episode(scenario_id=sc.id, policy="policy", seed=i, success=ro.success,
@@ -111,29 +116,58 @@ def phase_diagnose(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], crit
     Returns:
         {episode id: Diagnosis | DiagnosisRejected}.
     """
-    from coda.critic.base import CriticUnavailable, EpisodeRecord
-    from coda.critic.diagnosis import Diagnosis, DiagnosisRejected
+    from coda.critic.diagnosis import Diagnosis
     from coda.memory import Diagnosis as DiagnosisRecord
 
     mem = ctx.memory
     failed = [p for p in probes if not p.success][:limit]
-    if not mem.phase_done(ctx.run_id, r, "diagnose"):
+    if ctx.pending(r, "diagnose"):
         rows = []
         for p in failed:
-            ep = episode_record(env, p)
-            try:
-                res = critic.diagnose(ep)
-            except CriticUnavailable as e:  # recorded, never silently skipped
-                res = DiagnosisRejected(critic=critic.name, episode_id=str(p.episode_id),
-                                        reason=f"critic unavailable: {e}", raw_text="")
+            res = diagnose_safely(critic, episode_record(env, p))
             ok = isinstance(res, Diagnosis)
-            rows.append(DiagnosisRecord(episode_id=p.episode_id, critic=critic.name,
+            rows.append(DiagnosisRecord(episode_id=p.episode_id, critic=str(critic.name),
                                         data=res.model_dump(mode="json"),
                                         raw=None if ok else res.raw_text, accepted=ok,
                                         reason=None if ok else res.reason))
-        with mem.phase(ctx.run_id, r, "diagnose") as tx:
+        with ctx.commit(r, "diagnose") as tx:
             tx.add_all(rows)
     return {d.episode_id: _critic_result(d.data) for d in mem.list("diagnosis", run_id=ctx.run_id, round_idx=r)}
+
+
+def diagnose_safely(critic: Any, episode: Any) -> Any:
+    """The critic's result for one episode, never an exception: an unavailable or failing critic, an answer of
+    the wrong type or about another episode all become a DiagnosisRejected with the reason (and are recorded).
+    """
+    from pydantic import ValidationError
+
+    from coda.critic.base import CriticUnavailable
+    from coda.critic.diagnosis import Diagnosis, DiagnosisRejected
+    from coda.errors import CodaError
+
+    name = str(getattr(critic, "name", type(critic).__name__))
+
+    def rejected(reason: str, raw: str = "") -> DiagnosisRejected:
+        return DiagnosisRejected(critic=name, episode_id=episode.episode_id, reason=reason, raw_text=raw[:20_000])
+
+    try:
+        res = critic.diagnose(episode)
+    except CriticUnavailable as e:
+        return rejected(f"critic unavailable: {_first_line(e)}")
+    except (CodaError, ValidationError, ValueError) as e:
+        return rejected(f"critic failed: {type(e).__name__}: {_first_line(e)}")
+    if not isinstance(res, (Diagnosis, DiagnosisRejected)):
+        return rejected(f"critic returned a {type(res).__name__}, not a Diagnosis or DiagnosisRejected", repr(res))
+    if res.episode_id is None:
+        return res.model_copy(update={"episode_id": episode.episode_id})
+    if res.episode_id != episode.episode_id:
+        return rejected(f"diagnosis field 'episode_id' = {res.episode_id!r} but episode {episode.episode_id!r} "
+                        "was diagnosed", res.model_dump_json())
+    return res
+
+
+def _first_line(e: BaseException) -> str:
+    return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
 
 
 def _critic_result(data: dict[str, Any]) -> Any:
@@ -165,7 +199,7 @@ def phase_verify(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagno
     from coda.memory import Verdict as VerdictRecord
 
     mem = ctx.memory
-    if not mem.phase_done(ctx.run_id, r, "verify"):
+    if ctx.pending(r, "verify"):
         policy_success = _policy_success_fn(checkpoint, env)
         verifier = Verifier(ctx.cfg.critic, ctx.cfg.shaping, env_factory=lambda: env,
                             seed=ctx.seed_for("verify", r))
@@ -177,7 +211,7 @@ def phase_verify(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagno
                                base_scenes=base_scenes)
             rows.append(VerdictRecord(diagnosis_id=drecs[eid].id, checks=v.model_dump(mode="json"),
                                       passed=v.accepted, reason="; ".join(v.reasons) or None))
-        with mem.phase(ctx.run_id, r, "verify") as tx:
+        with ctx.commit(r, "verify") as tx:
             tx.add_all(rows)
     ep_of = {d.id: d.episode_id for d in mem.list("diagnosis", run_id=ctx.run_id, round_idx=r)}
     return {ep_of[v.diagnosis_id]: Verdict.model_validate(v.checks)
@@ -206,58 +240,87 @@ def _policy_success_fn(checkpoint: Path, env: Any) -> Any:
 
 # ---- generate -----------------------------------------------------------------------------------------
 
-def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, int]]) -> GeneratedScenes:
+def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, int]],
+                   fill: tuple[str, Any]) -> GeneratedScenes:
     """Draw from each (program key, candidate stream, count) until `count` valid scenes; invalid ones kept.
 
     A candidate stream yields ScenarioSpecs; each is checked in the simulator (builds, settles, the expert
-    solves it). Exactly the budget is produced unless a stream runs dry after its bounded tries, which is
-    recorded on the program's scenes as `invalid_reason`.
+    solves it). A source that runs dry (its stream ends or raises, or `4 count + 10` candidates were drawn)
+    leaves its missing scenes to the `fill` stream, so the phase produces exactly the budget (the sum of the
+    counts) unless even the fill stream fails `20 n + 50` times. Every candidate checked is stored as a
+    Scenario record (invalid ones with the check's reason); the valid scenes, in order and with their source,
+    are stored as the round's `expert_demos_r<R>` TrainingProgram — the list the train phase reads (a scene
+    may already be in memory from this round, e.g. a probe replayed by PLR).
     """
-    from coda.memory import Scenario
+    from coda.errors import CodaError
+    from coda.memory import Scenario, TrainingProgram
     from coda.scene.splits import sim_check
 
     mem = ctx.memory
-    if not mem.phase_done(ctx.run_id, r, "generate"):
+    key = f"expert_demos_r{r}"
+    if ctx.pending(r, "generate"):
         progs = {p.key: p.id for p in mem.list("generation_program", run_id=ctx.run_id, round_idx=r)}
-        rows, seen = [], set()
+        rows: list[Any] = []
+        chosen: list[tuple[str, str]] = []  # (spec_id, source key) of valid scenes, in order
+        seen: set[str] = set()
+        notes: dict[str, str] = {}
         total = sum(n for _, _, n in sources)
+
+        def draw(src: str, stream: Any, n: int, max_tries: int, bar: Any, task: Any) -> int:
+            got = tries = 0
+            while got < n and tries < max_tries:
+                try:
+                    spec = next(stream)
+                except StopIteration:
+                    notes[src] = f"ran dry after {tries} candidates"
+                    break
+                except CodaError as e:  # a stream that cannot go on is a source that ran dry, with the reason
+                    notes[src] = f"stopped after {tries} candidates: {_first_line(e)}"
+                    break
+                tries += 1
+                if spec.spec_id in seen:
+                    continue
+                seen.add(spec.spec_id)
+                ok, reason, _ = sim_check(spec)
+                rows.append(Scenario.from_spec(spec, split=f"generated:{src}", valid=ok,
+                                               invalid_reason=None if ok else reason, program_id=progs.get(src)))
+                if ok:
+                    chosen.append((spec.spec_id, src))
+                    got += 1
+                    bar.advance(task)
+            if got < n and src not in notes:
+                notes[src] = f"{got}/{n} valid after {tries} candidates"
+            return got
+
         with progress_bar(ctx.console) as bar:
             task = bar.add_task(f"round {r} · generate", total=total)
-            for key, stream, n in sources:
-                got, tries = 0, 0
-                for spec in stream:
-                    if got >= n or tries >= 4 * n + 10:
-                        break
-                    tries += 1
-                    if spec.spec_id in seen:
-                        continue
-                    seen.add(spec.spec_id)
-                    ok, reason, _ = sim_check(spec)
-                    rows.append(Scenario.from_spec(spec, split=f"generated:{key}", valid=ok,
-                                                   invalid_reason=None if ok else reason, program_id=progs.get(key)))
-                    if ok:
-                        got += 1
-                        bar.advance(task)
-        with mem.phase(ctx.run_id, r, "generate") as tx:
-            tx.add_all(rows, exist_ok=True)
-    scenes, keys = [], []
-    for s in mem.list("scenario", run_id=ctx.run_id, round_idx=r):
-        if s.phase == "generate" and s.valid:
-            scenes.append(ScenarioSpec.from_dict(s.spec))
-            keys.append(str(s.split).removeprefix("generated:"))
-    return GeneratedScenes(scenes, keys)
+            short = sum(n - draw(k, stream, n, 4 * n + 10, bar, task) for k, stream, n in sources)
+            if short:
+                short -= draw(fill[0], fill[1], short, 20 * short + 50, bar, task)
+        with ctx.commit(r, "generate") as tx:
+            ids = {row.spec_id: tx.add(row, exist_ok=True).id for row in rows}
+            tx.add(TrainingProgram(key=key, body={
+                "kind": "expert_demos", "budget": total, "shortfall": short, "notes": notes,
+                "scenes": [{"scenario_id": ids[sid], "program": src} for sid, src in chosen]}))
+    manifest = next(t for t in mem.list("training_program", run_id=ctx.run_id, round_idx=r) if t.key == key)
+    scenes = [ScenarioSpec.from_dict(mem.get("scenario", s["scenario_id"]).spec) for s in manifest.body["scenes"]]
+    return GeneratedScenes(scenes, [s["program"] for s in manifest.body["scenes"]], int(manifest.body["shortfall"]))
 
 
 # ---- train --------------------------------------------------------------------------------------------
 
-def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, scenes: Sequence[ScenarioSpec],
-                      corrective: Sequence[ProbeEpisode], potentials: dict[str, Any] | None,
-                      demo_dirs: Sequence[Path], *, shaping_weight: float) -> Path:
+def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated: GeneratedScenes,
+                      probes: Sequence[ProbeEpisode], demo_dirs: Sequence[Path], *, shaping_weight: float) -> Path:
     """Expert demos in the generated scenes + corrective demos from failure states, then fine-tuning.
 
-    The policy is fine-tuned from the previous checkpoint on every demo collected so far (SFT included, so
-    earlier skills are rehearsed). Episodes carry Φ(s_t) from `potentials` (spec_id -> StagedPotential); the
-    chunk critic learns from targets shaped with weight `shaping_weight` (0 = the sparse task reward alone).
+    What the policy trains on comes from this round's training programs: a failure mode's program
+    (`train:<generation program key>`) gives its corrective demos (failed probe episodes relabelled by the
+    expert from their `start_step` on) and its staged potential, bound to each of its generated scenes; the
+    round's `corrective_r<R>` program lists further episodes to relabel from the start. Scenes without an
+    accepted mode potential carry the canonical stage plan's Φ. The policy is fine-tuned from the previous
+    checkpoint on every demo collected so far (SFT included, so earlier skills are rehearsed); the chunk critic
+    learns from targets shaped with weight `shaping_weight` (0 = the sparse task reward alone). The programs'
+    data weights are recorded with the round's training record; batches sample the demos uniformly.
     """
     from coda.memory import Checkpoint, TrainingProgram
     from coda.memory.artifacts import sha256_file
@@ -270,28 +333,37 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, scenes: Se
     mem = ctx.memory
     ckpt = ctx.path("checkpoints", f"round_{r:03d}.pt")
     final = ctx.run_dir / "demos" / f"round_{r:03d}"
-    if mem.phase_done(ctx.run_id, r, "train"):
+    if not ctx.pending(r, "train"):
         return ckpt
+    programs = {t.key: t.body for t in mem.list("training_program", run_id=ctx.run_id, round_idx=r)}
+    mode_tp = {b["generation_program"]: b for k, b in programs.items() if k.startswith("train:")}
+    by_id = {p.episode_id: p for p in probes}
+    corrective = [(by_id[int(c["episode_id"])], int(c["start_step"]), b) for b in mode_tp.values() for c in b["corrective"]]
+    corrective += [(by_id[i], 0, None) for i in programs.get(f"corrective_r{r}", {}).get("episodes", [])]
+    accepted = _accepted_potentials(ctx, r)
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     env = TabletopEnv(config=ctx.cfg.sim)
-    n_demo = n_corr = 0
+    n_demo = 0
     try:
         with DemoWriter(tmp) as writer:
-            for spec in scenes:
+            for spec, key in zip(generated.scenes, generated.program_keys):
                 ep = run_expert_episode(env, spec, expert_for(spec, ctx.cfg.sim.expert_chunk))
                 if ep.success:
-                    writer.add(_with_potentials(ep, spec, env, potentials))
+                    writer.add(_with_potential(ep, spec, env, _potential(spec, mode_tp.get(key), accepted)))
                     n_demo += 1
-            for p in corrective:
+            for p, start, body in corrective:
                 ep = corrective_episode(env, p.spec, p.actions, expert_for(p.spec, ctx.cfg.sim.expert_chunk),
                                         label_every=ctx.cfg.policy.n_action_steps)
-                writer.add(_with_potentials(ep, p.spec, env, potentials))
-                n_corr += 1
+                ep.label_chunks = [c if t >= start else None for t, c in enumerate(ep.label_chunks or [])]
+                writer.add(_with_potential(ep, p.spec, env, _potential(p.spec, body, accepted)))
     finally:
         env.close()
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
+    import torch
+
+    torch.manual_seed(ctx.seed_for("train", r))  # a fresh critic head starts the same on a resumed run
     pcfg = ctx.cfg.policy
     overrides = {"train_critic": True, "improvement": pcfg.improvement} if pcfg.improvement == "awr" else None
     policy = load_policy(prev_checkpoint, overrides=overrides)
@@ -299,24 +371,46 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, scenes: Se
     result = train_policy(policy, data, steps=pcfg.finetune_steps, checkpoint=ckpt, progress=True,
                           metrics_path=ctx.path("metrics", f"train_round_{r:03d}.jsonl"))
     digest, _ = sha256_file(ckpt)
-    with mem.phase(ctx.run_id, r, "train") as tx:
+    with ctx.commit(r, "train") as tx:
         tx.add(TrainingProgram(key=f"round_{r}", body={
-            "kind": "round_training", "demos": ctx.rel(final), "expert_demos": n_demo, "corrective": n_corr,
-            "shaping_weight": shaping_weight, "steps": pcfg.finetune_steps,
-            "datasets": [ctx.rel(d) for d in demo_dirs] + [ctx.rel(final)]}))
+            "kind": "round_training", "demos": ctx.rel(final), "expert_demos": n_demo, "corrective": len(corrective),
+            "mode_programs": sorted(f"train:{k}" for k in mode_tp), "shaping_weight": shaping_weight,
+            "steps": pcfg.finetune_steps, "datasets": [ctx.rel(d) for d in demo_dirs] + [ctx.rel(final)],
+            "weights": {k: b["weights"] for k, b in sorted(mode_tp.items())}}))
         tx.add(Checkpoint(path=ctx.rel(ckpt), sha256=digest,
                           metrics={"final_loss": float(result.metrics.get("loss", float("nan"))),
                                    "samples_per_s": result.samples_per_s}))
     return ckpt
 
 
-def _with_potentials(ep: Any, spec: ScenarioSpec, env: Any, potentials: dict[str, Any] | None) -> Any:
-    """Attach Φ(s_t) along the episode (replayed) when a potential is known for the scene."""
+def _accepted_potentials(ctx: RunContext, r: int) -> set[str]:
+    """Failure modes (keys) whose latest Potential record up to round r was accepted."""
+    keys = {m.id: m.key for m in ctx.memory.list("failure_mode", run_id=ctx.run_id)}
+    latest: dict[str, bool] = {}
+    for p in ctx.memory.list("potential", run_id=ctx.run_id):
+        if p.round <= r:
+            latest[keys[p.failure_mode_id]] = p.accepted
+    return {k for k, ok in latest.items() if ok}
+
+
+def _potential(spec: ScenarioSpec, program: dict[str, Any] | None, accepted: set[str]) -> Any:
+    """Φ for a scene: its failure mode's accepted staged potential bound to the scene, else the canonical plan's."""
+    from coda.engine.compile import CompileError, RoleStage, bind_potential
+    from coda.shaping.text2potential import StagedPotential, canonical_plan, compile_plan
+
+    if program is not None and program.get("potential_template") and program["mode"] in accepted:
+        try:
+            template = [RoleStage.model_validate(s) for s in program["potential_template"]]
+            return StagedPotential(bind_potential(template, spec), spec)
+        except CompileError:
+            pass  # the mode's stages do not fit this scene: the canonical plan does
+    return compile_plan(canonical_plan(spec), spec)
+
+
+def _with_potential(ep: Any, spec: ScenarioSpec, env: Any, pot: Any) -> Any:
+    """Attach Φ(s_t) along the episode (its states re-created by replay)."""
     import dataclasses
 
-    pot = (potentials or {}).get(spec.spec_id)
-    if pot is None:
-        return ep
     states = replay_states(env, spec, ep.actions)
     return dataclasses.replace(ep, potentials=np.asarray(pot.phis(states), np.float32))
 
@@ -363,5 +457,5 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
     return phase_measure_splits(ctx, r, checkpoint, splits, extra_records=progress_records)
 
 
-__all__ = ["EVAL_SPLITS", "GeneratedScenes", "ProbeEpisode", "phase_diagnose", "phase_evaluate", "phase_generate",
-           "phase_measure", "phase_train_round", "phase_verify", "replay_states"]
+__all__ = ["EVAL_SPLITS", "GeneratedScenes", "ProbeEpisode", "diagnose_safely", "phase_diagnose", "phase_evaluate",
+           "phase_generate", "phase_measure", "phase_train_round", "phase_verify", "replay_states"]

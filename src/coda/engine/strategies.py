@@ -1,23 +1,35 @@
 """Strategies: how a round spends its generation budget. Everything else in a round is shared.
 
-| strategy      | probes                   | critic + verify | generation budget goes to                              | shaping |
-| ------------- | ------------------------ | --------------- | ------------------------------------------------------ | ------- |
-| `coda`        | explore + mode probes    | yes             | compiled programs per verified failure mode, by LP     | Φ       |
-| `coda-sparse` | explore + mode probes    | yes             | the same                                               | none    |
-| `replay`      | explore                  | no              | random mutations around failed probe scenes            | none    |
-| `accel`       | explore                  | no              | mutations of the highest-scoring scenes in a PLR buffer | none    |
-| `plr`         | explore                  | no              | replay of buffer scenes by score and staleness         | none    |
-| `dr`          | explore                  | no              | uniform domain randomisation over all operators        | none    |
-| `sft`         | –                        | –               | no rounds                                              | –       |
+| strategy      | probes                    | critic + verify | generation budget goes to                               | shaping |
+| ------------- | ------------------------- | --------------- | ------------------------------------------------------- | ------- |
+| `coda`        | explore + re-diagnosis    | yes             | compiled programs per verified failure mode, by LP      | Φ       |
+| `coda-sparse` | explore + re-diagnosis    | yes             | the same                                                | none    |
+| `replay`      | explore                   | no              | random mutations around failed probe scenes             | none    |
+| `accel`       | explore                   | no              | mutations of the highest-scoring scenes in a PLR buffer | none    |
+| `plr`         | explore                   | no              | replay of buffer scenes by score and staleness          | none    |
+| `dr`          | explore                   | no              | uniform domain randomisation over all operators         | none    |
+| `sft`         | –                         | –               | no rounds                                               | –       |
+
+A strategy is data plus one callable, its *planner*: `(Evidence) -> Plan`, from the round's probe episodes,
+diagnoses and verdicts to generation sources whose counts sum to the budget (and, for CoDA, per-mode training
+programs and potentials). Register new ones in `STRATEGIES`; the round loop does not change.
 
 Every generation source is stored as a GenerationProgram record whose body alone re-creates its candidate
-stream (`candidate_stream`), so a resumed run regenerates exactly the same scenes.
+stream (`candidate_stream`, kinds registered in `STREAMS`), so a resumed run regenerates exactly the same
+scenes. Each round also stores a `fill` source (domain randomisation): the generate phase draws from it when
+another source runs dry, so every strategy produces exactly its budget of valid scenes.
+
+Level scores of the UED baselines (`plr`, `accel`) come from the probe episodes: `failure` of the policy's
+outcome (`coda.engine.ued.Score`). An episode the simulator cut short has no score (NaN); non-finite scores
+are dropped before they reach the level buffer, and the body of each PLR/ACCEL program stores the buffer it
+sampled from (scene ids and scores), so replayed scenes can be checked against it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +55,62 @@ class StrategyError(CodaError):
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What a planner sees of the round so far."""
+
+    ctx: RunContext
+    round: int
+    probes: Sequence[ProbeEpisode]
+    diagnoses: dict[int, Any]  # episode id -> Diagnosis | DiagnosisRejected
+    verdicts: dict[int, Any]  # episode id -> Verdict
+    budget: int  # scenes to generate
+    seed: int  # the round's generation seed
+
+    def dr_body(self, count: int, n_edits: int = 2, tag: str = "generate") -> dict[str, Any]:
+        """A domain-randomisation source over the run's families."""
+        return {"kind": "dr", "families": list(self.ctx.families), "n_edits": n_edits, "count": count,
+                "seed": self.ctx.seed_for(tag, self.round)}
+
+
+@dataclass
+class Plan:
+    """A planner's answer. Source counts sum to the budget.
+
+    Attributes:
+        sources: (key, generation body with "kind" and "count") per generation source.
+        corrective: probe episode ids the expert relabels for training (strategies without training programs).
+        training: (key, TrainingProgramBody JSON) per failure-mode training program (CoDA).
+        potentials: one dict per failure mode whose potential was compiled this round:
+            {"mode", "stage_program", "accepted", "reason"} (written as Potential records).
+        modes: new failure modes: key -> {"description", "embedding"}.
+    """
+
+    sources: list[tuple[str, dict[str, Any]]]
+    corrective: list[int] = field(default_factory=list)
+    training: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    potentials: list[dict[str, Any]] = field(default_factory=list)
+    modes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+Planner = Callable[[Evidence], Plan]
+
+
+@dataclass(frozen=True)
 class Strategy:
+    """A named way of running rounds: whether a critic diagnoses failures, whether training is shaped by Φ,
+    and the planner that spends the generation budget."""
+
     name: str
     uses_critic: bool  # diagnose + verify failed probes
     shaped: bool  # chunk critic learns from potential-shaped targets
-    generation: str  # how the budget is spent: "modes", "replay", "accel", "plr", "dr"
+    plan: Planner | None  # None: the strategy runs no rounds (sft)
+
+    @property
+    def runs_rounds(self) -> bool:
+        return self.plan is not None
 
 
 STRATEGIES: Registry[Strategy] = Registry("strategy")
-for _s in (Strategy("coda", True, True, "modes"), Strategy("coda-sparse", True, False, "modes"),
-           Strategy("replay", False, False, "replay"), Strategy("accel", False, False, "accel"),
-           Strategy("plr", False, False, "plr"), Strategy("dr", False, False, "dr"),
-           Strategy("sft", False, False, "none")):
-    STRATEGIES.register(_s.name, _s)
 
 
 def make_strategy(ctx: RunContext) -> Strategy:
@@ -65,41 +120,82 @@ def make_strategy(ctx: RunContext) -> Strategy:
 
 # ---- candidate streams (a program body → scenes) -----------------------------------------------------
 
+StreamFactory = Callable[[dict[str, Any]], Iterator[ScenarioSpec]]
+STREAMS: Registry[StreamFactory] = Registry("generation body kind")
+MAX_UNBUILDABLE = 20  # consecutive scenes a program may fail to build before its stream ends
+
+
 def candidate_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
-    """The (endless or finite) stream of candidate scenes a stored generation body describes."""
-    from coda.engine.mutate import dr_scene, mutate
+    """The (endless or finite) stream of candidate scenes a stored generation body describes.
 
-    kind = body["kind"]
+    Raises:
+        RegistryError: unknown body kind (lists the known ones).
+    """
+    return STREAMS.get(str(body.get("kind")))(body)
+
+
+def _dr_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
+    from coda.engine.mutate import dr_scene
+
     rng = np.random.default_rng(body.get("seed", 0))
-    if kind == "dr":
-        families = body["families"]
-        while True:
-            yield dr_scene(rng, families[int(rng.integers(len(families)))], int(body["n_edits"]))
-    elif kind == "mutate":
-        parents = [ScenarioSpec.from_dict(p) for p in body["parents"]]
-        i = 0
-        while True:
-            try:
-                yield mutate(rng, parents[i % len(parents)], int(body["n_edits"]))
-            except CodaError:  # an edit that does not fit this parent; the next parent is tried
-                pass
-            i += 1
-    elif kind == "replay":
-        yield from (ScenarioSpec.from_dict(p) for p in body["scenes"])
-    elif kind == "program":
-        from coda.scene.programs import iter_program, load_program
+    families = body["families"]
+    while True:
+        yield dr_scene(rng, families[int(rng.integers(len(families)))], int(body["n_edits"]))
 
-        yield from iter_program(load_program(body["program"]))
-    else:
-        raise StrategyError(f"generation body kind {kind!r} is unknown (dr, mutate, replay, program)")
+
+def _mutate_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
+    from coda.engine.mutate import mutate
+
+    rng = np.random.default_rng(body.get("seed", 0))
+    parents = [ScenarioSpec.from_dict(p) for p in body["parents"]]
+    for i in range(len(parents) * 50):  # bounded: a parent no edit fits cannot stall the phase
+        try:
+            yield mutate(rng, parents[i % len(parents)], int(body["n_edits"]))
+        except CodaError:  # an edit that does not fit this parent; the next parent is tried
+            continue
+
+
+def _scenes_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
+    yield from (ScenarioSpec.from_dict(p) for p in body["scenes"])
+
+
+def _program_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
+    from coda.scene.programs import ProgramError, load_program, make_scene
+
+    program = load_program(body["program"])
+    i, failed = 0, 0
+    while failed < MAX_UNBUILDABLE:
+        try:
+            spec = make_scene(program, i)
+        except ProgramError:  # this index cannot be built; the program's next scene is tried
+            failed += 1
+        else:
+            failed = 0
+            yield spec
+        i += 1
+
+
+for _kind, _factory in (("dr", _dr_stream), ("mutate", _mutate_stream), ("scenes", _scenes_stream),
+                        ("program", _program_stream)):
+    STREAMS.register(_kind, _factory)
 
 
 def explore_probes(ctx: RunContext, r: int, n: int) -> list[ScenarioSpec]:
-    """Single-factor variations of training-distribution scenes: one random edit each, so a failure has one
-    candidate cause the critic and the counterfactual check can find."""
-    body = {"kind": "dr", "families": list(ctx.families), "n_edits": 1, "seed": ctx.seed_for("probe", r)}
-    stream = candidate_stream(body)
-    return [next(stream) for _ in range(n)]
+    """`n` valid single-factor variations of training-distribution scenes: one random edit each, so a failure
+    has one candidate cause the critic and the counterfactual check can find. Scenes the expert cannot solve
+    are skipped: a policy failure there says nothing about the policy."""
+    from coda.scene.splits import sim_check
+
+    stream = candidate_stream({"kind": "dr", "families": list(ctx.families), "n_edits": 1,
+                               "seed": ctx.seed_for("probe", r)})
+    out: list[ScenarioSpec] = []
+    for _ in range(4 * n + 10):
+        if len(out) >= n:
+            break
+        spec = next(stream)
+        if spec.spec_id not in {s.spec_id for s in out} and sim_check(spec)[0]:
+            out.append(spec)
+    return out
 
 
 # ---- the round -----------------------------------------------------------------------------------------
@@ -112,10 +208,13 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
     Returns:
         (new checkpoint, this round's demo directory, success per family and split).
     """
+    from coda.engine.curriculum import rediagnosis_probes
     from coda.sim.tabletop.env import TabletopEnv
 
     cfg = ctx.cfg
-    probes = phase_evaluate(ctx, r, checkpoint, explore_probes(ctx, r, cfg.engine.probe_scenes))
+    n_probe = cfg.engine.probe_scenes
+    again = rediagnosis_probes(ctx, r, max(1, n_probe // 2)) if strategy.uses_critic else []
+    probes = phase_evaluate(ctx, r, checkpoint, [*again, *explore_probes(ctx, r, n_probe - len(again))])
     verdicts: dict[int, Any] = {}
     diagnoses: dict[int, Any] = {}
     if strategy.uses_critic:
@@ -128,10 +227,9 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
             verdicts = phase_verify(ctx, r, probes, diagnoses, checkpoint, env, base)
         finally:
             env.close()
-    sources, corrective = phase_compile(ctx, r, strategy, probes, diagnoses, verdicts)
-    generated = phase_generate(ctx, r, sources)
-    potentials = scene_potentials([*generated.scenes, *(p.spec for p in corrective)])
-    new_ckpt = phase_train_round(ctx, r, checkpoint, generated.scenes, corrective, potentials, demo_dirs,
+    sources, fill = phase_compile(ctx, r, strategy, probes, diagnoses, verdicts)
+    generated = phase_generate(ctx, r, sources, fill)
+    new_ckpt = phase_train_round(ctx, r, checkpoint, generated, probes, demo_dirs,
                                  shaping_weight=cfg.shaping.weight if strategy.shaped else 0.0)
     table = phase_measure(ctx, r, checkpoint, new_ckpt, splits)
     return new_ckpt, ctx.run_dir / "demos" / f"round_{r:03d}", table
@@ -146,155 +244,157 @@ def scene_potentials(specs: Sequence[ScenarioSpec]) -> dict[str, Any]:
 
 # ---- compile ------------------------------------------------------------------------------------------
 
+FILL_KEY = "fill"
+
+
 def phase_compile(ctx: RunContext, r: int, strategy: Strategy, probes: Sequence[ProbeEpisode],
                   diagnoses: dict[int, Any], verdicts: dict[int, Any]
-                  ) -> tuple[list[tuple[str, Any, int]], list[ProbeEpisode]]:
-    """Turn this round's evidence into generation sources (key, stream, count) and corrective episodes.
+                  ) -> tuple[list[tuple[str, Iterator[ScenarioSpec], int]], tuple[str, Iterator[ScenarioSpec]]]:
+    """Turn this round's evidence into generation sources (key, stream, count) and the fill stream.
 
-    The sources' bodies are stored as GenerationProgram records (with the failure mode and parent), the
-    corrective episodes as a TrainingProgram; on resume both are read back.
+    Stored (and read back on resume): a GenerationProgram per source (with its failure mode and parent), the
+    `fill` program, failure modes first seen this round, a TrainingProgram per failure mode plus the round's
+    `corrective_r<R>` program (probe episodes the expert relabels), and a Potential per mode whose staged
+    potential was compiled this round.
+
+    Raises:
+        StrategyError: the planner's counts do not sum to the budget, or a source has no count.
     """
-    from coda.memory import GenerationProgram, TrainingProgram
+    from coda.memory import FailureMode, GenerationProgram, Potential, TrainingProgram
 
     mem = ctx.memory
     budget = ctx.cfg.engine.generation_budget
-    if not mem.phase_done(ctx.run_id, r, "compile"):
-        bodies, corrective_ids = _plan(ctx, r, strategy, probes, diagnoses, verdicts, budget)
-        assert sum(b["count"] for _, b in bodies) == budget, "sources must spend exactly the budget"
-        from coda.memory import FailureMode
-
+    if ctx.pending(r, "compile"):
+        assert strategy.plan is not None
+        ev = Evidence(ctx, r, probes, diagnoses, verdicts, budget, ctx.seed_for("generate", r))
+        plan = strategy.plan(ev)
+        keys = [k for k, _ in plan.sources]
+        if len(set(keys)) != len(keys) or FILL_KEY in keys:
+            raise StrategyError(f"strategy '{strategy.name}' planned source keys {keys}; they must be distinct "
+                                f"and not '{FILL_KEY}'")
+        counts = [b.get("count") for _, b in plan.sources]
+        if any(not isinstance(c, int) or c < 0 for c in counts) or sum(counts) != budget:  # type: ignore[arg-type]
+            raise StrategyError(f"strategy '{strategy.name}' planned source counts {counts}; they must be "
+                                f"non-negative integers summing to the generation budget ({budget})")
         known = {m.key: m.id for m in mem.list("failure_mode", run_id=ctx.run_id)}
-        prog_ids = {p.body["mode_program"]["key"]: p.id for p in mem.list("generation_program", run_id=ctx.run_id)
-                    if p.body.get("mode_program")}
-        with mem.phase(ctx.run_id, r, "compile") as tx:
-            for key, body in bodies:
+        prog_ids = {p.key: p.id for p in mem.list("generation_program", run_id=ctx.run_id)}
+        fill = ev.dr_body(0, tag="fill")
+        with ctx.commit(r, "compile") as tx:
+            for key, info in sorted(plan.modes.items()):
+                if key in known:  # seen again: its last round moves on
+                    tx.list(FailureMode, run_id=ctx.run_id, key=key)[0].last_round = r
+                else:
+                    known[key] = tx.add(FailureMode(key=key, description=info["description"] or key,
+                                                    embedding=info["embedding"], last_round=r)).id
+            for key, body in [*plan.sources, (FILL_KEY, fill)]:
                 mode = body.get("mode")
-                if mode is not None and mode not in known:
-                    known[mode] = tx.add(FailureMode(key=mode, description=body["mode_description"] or mode,
-                                                     embedding=body["mode_embedding"], last_round=r)).id
                 parent = (body.get("mode_program") or {}).get("parent")
                 tx.add(GenerationProgram(key=key, body=body, failure_mode_id=known.get(mode) if mode else None,
                                          parent_id=prog_ids.get(parent) if parent else None))
-            tx.add(TrainingProgram(key=f"corrective_r{r}", body={"kind": "corrective", "episodes": corrective_ids}))
-    sources = [(p.key, candidate_stream(p.body), int(p.body["count"]))
-               for p in mem.list("generation_program", run_id=ctx.run_id, round_idx=r)]
-    tp = next(t for t in mem.list("training_program", run_id=ctx.run_id, round_idx=r)
-              if t.key == f"corrective_r{r}")
-    by_id = {p.episode_id: p for p in probes}
-    return sources, [by_id[i] for i in tp.body["episodes"]]
+            for key, body in plan.training:
+                tx.add(TrainingProgram(key=key, body=body, failure_mode_id=known[body["mode"]]))
+            tx.add(TrainingProgram(key=f"corrective_r{r}", body={"kind": "corrective", "episodes": plan.corrective}))
+            for p in plan.potentials:
+                tx.add(Potential(failure_mode_id=known[p["mode"]], stage_program=p["stage_program"],
+                                 accepted=p["accepted"], reason=p["reason"]))
+    progs = mem.list("generation_program", run_id=ctx.run_id, round_idx=r)
+    sources = [(p.key, candidate_stream(p.body), int(p.body["count"])) for p in progs if p.key != FILL_KEY]
+    fill_rec = next(p for p in progs if p.key == FILL_KEY)
+    return sources, (FILL_KEY, candidate_stream(fill_rec.body))
 
 
-def _plan(ctx: RunContext, r: int, strategy: Strategy, probes: Sequence[ProbeEpisode],
-          diagnoses: dict[int, Any], verdicts: dict[int, Any], budget: int
-          ) -> tuple[list[tuple[str, dict[str, Any]]], list[int]]:
-    seed = ctx.seed_for("generate", r)
-    dr = {"kind": "dr", "families": list(ctx.families), "n_edits": 2, "seed": seed}
-    failed = [p for p in probes if not p.success]
-    if strategy.generation == "dr":
-        return [("dr", {**dr, "count": budget})], []
-    if strategy.generation == "replay":
-        if not failed:
-            return [("dr", {**dr, "count": budget})], []
-        parents = [p.spec.model_dump(mode="json") for p in failed]
-        return [("replay", {"kind": "mutate", "parents": parents, "n_edits": 1, "seed": seed, "count": budget})], []
-    if strategy.generation in ("plr", "accel"):
-        return _plan_ued(ctx, r, strategy, budget, seed, dr), []
-    if strategy.generation == "modes":
-        return _plan_modes(ctx, r, probes, diagnoses, verdicts, budget, seed, dr)
-    raise StrategyError(f"strategy '{strategy.name}' runs no rounds")
+# ---- planners of the baselines -------------------------------------------------------------------------
+
+def plan_dr(ev: Evidence) -> Plan:
+    """Domain randomisation: the whole budget on random scenes (two random edits of a training scene)."""
+    return Plan([("dr", ev.dr_body(ev.budget))])
 
 
-def _plan_ued(ctx: RunContext, r: int, strategy: Strategy, budget: int, seed: int,
-              dr: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """PLR / ACCEL over a level buffer rebuilt from every probe so far (scores: failure = regret proxy)."""
-    from coda.engine.ued import ACCELSampler, LevelBuffer, PLRSampler
+def plan_replay(ev: Evidence) -> Plan:
+    """Closed loop without a critic: one random edit around each failed probe scene (random scenes if none)."""
+    failed = [p.spec.model_dump(mode="json") for p in ev.probes if not p.success]
+    if not failed:
+        return Plan([("dr", ev.dr_body(ev.budget))])
+    return Plan([("replay", {"kind": "mutate", "parents": failed, "n_edits": 1, "seed": ev.seed,
+                             "count": ev.budget})])
 
-    sampler = PLRSampler(capacity=max(4 * budget, 16))
-    buf = LevelBuffer.empty(sampler.capacity)
+
+def level_score(success: bool, error: str | None) -> float:
+    """A probe episode's level score (`failure` of its outcome); NaN when the simulator cut it short."""
+    from coda.engine.ued import SceneResults, Score
+
+    return math.nan if error else Score.FAILURE.compute(SceneResults(successes=[float(success)]))
+
+
+def level_buffer(ctx: RunContext, r: int, capacity: int) -> tuple[Any, Any, int]:
+    """The PLR level buffer of round r: every probe so far with its score, oldest round first.
+
+    Returns:
+        (sampler, buffer, number of episodes left out because their score was not finite).
+    """
+    from coda.engine.ued import PLRSampler
+
+    sampler = PLRSampler(capacity=capacity)
+    buf = sampler.initial_buffer()
+    dropped = 0
     for rr in range(1, r + 1):
         eps = [e for e in ctx.memory.list("episode", run_id=ctx.run_id, round_idx=rr) if e.phase == "evaluate"]
-        specs = [ScenarioSpec.from_dict(ctx.memory.get("scenario", e.scenario_id).spec) for e in eps]
-        buf = sampler.insert(buf, specs, np.array([0.0 if e.success else 1.0 for e in eps]))
-    rng = np.random.default_rng(seed)
-    if strategy.generation == "plr":
-        n_replay = sum(sampler.decide(buf, rng) == "replay" for _ in range(budget))
-        buf, idx = sampler.sample_replay(buf, rng, n_replay) if n_replay else (buf, np.zeros(0, int))
-        out = []
-        if n_replay:
-            out.append(("plr_replay", {"kind": "replay", "count": n_replay,
-                                       "scenes": [buf.scenes[i].model_dump(mode="json") for i in idx]}))
-        if budget - n_replay:
-            out.append(("plr_new", {**dr, "count": budget - n_replay}))
-        return out
-    parents = ACCELSampler(capacity=sampler.capacity).select_parents(buf, rng, max(1, budget // 4))
-    return [("accel", {"kind": "mutate", "n_edits": 1, "seed": seed, "count": budget,
-                       "parents": [buf.scenes[i].model_dump(mode="json") for i in parents]})]
+        scores = [level_score(e.success, e.info.get("error")) for e in eps]
+        keep = [(e, s) for e, s in zip(eps, scores) if math.isfinite(s)]  # NaN/inf never enter the buffer
+        dropped += len(eps) - len(keep)
+        specs = [ScenarioSpec.from_dict(ctx.memory.get("scenario", e.scenario_id).spec) for e, _ in keep]
+        buf = sampler.insert(buf, specs, np.array([s for _, s in keep], dtype=np.float64))
+    return sampler, buf, dropped
 
 
-def _plan_modes(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagnoses: dict[int, Any],
-                verdicts: dict[int, Any], budget: int, seed: int, dr: dict[str, Any]
-                ) -> tuple[list[tuple[str, dict[str, Any]]], list[int]]:
-    """CoDA: verified diagnoses → failure modes → programs; the budget follows learning progress.
+def _buffer_summary(buf: Any, dropped: int) -> dict[str, Any]:
+    return {"buffer": [s.spec_id for s in buf.scenes], "scores": [float(x) for x in buf.scores],
+            "dropped_scores": dropped}
 
-    A mode seen before gets a child of its last program (harder when solved, easier when stuck); a new
-    mode gets a level-0 program around exactly its verified factors. A mode whose factors cannot be
-    compiled gives its share to exploration.
-    """
-    from coda.critic.diagnosis import Diagnosis
-    from coda.engine.compile import CompileError, ModeProgram, child_program, compile_generation_program
-    from coda.engine.modes import Mode, cluster
-    from coda.engine.progress import LearningProgress, allocate_budget, mode_status
-    from coda.policy.text import text_encoder_for
 
-    cfg, mem = ctx.cfg.engine, ctx.memory
-    pairs = [(e, diagnoses[e], verdicts[e]) for e in sorted(verdicts) if isinstance(diagnoses.get(e), Diagnosis)]
-    records = {m.key: m for m in mem.list("failure_mode", run_id=ctx.run_id)}
-    existing = [Mode.from_record(m) for m in records.values()]
-    scenes = {str(p.episode_id): p.spec for p in probes}
-    assign = cluster([d for _, d, _ in pairs], [v for _, _, v in pairs], existing, text_encoder_for("minilm"),
-                     scenes=scenes, threshold=cfg.mode_merge_threshold)
-    modes = {**{m.key: m for m in existing}, **assign.modes}
-    examples: dict[str, list[ScenarioSpec]] = {}
-    for (eid, _, _), key in zip(pairs, assign.mode_of):
-        if key is not None:
-            examples.setdefault(key, []).append(scenes[str(eid)])
-    history: dict[str, list[LearningProgress]] = {k: [] for k in modes}
-    last_program: dict[str, Any] = {}
-    for rec in mem.list("generation_program", run_id=ctx.run_id):
-        if rec.body.get("mode_program"):
-            last_program[rec.body["mode"]] = ModeProgram.from_body(rec.body["mode_program"])
-    key_of = {m.id: m.key for m in records.values()}
-    for lp in mem.list("progress", run_id=ctx.run_id):
-        history[key_of[lp.failure_mode_id]].append(
-            LearningProgress(mode=key_of[lp.failure_mode_id], round=lp.round, before=lp.before, after=lp.after, n=1))
-    # Modes neither seen this round nor ever compiled have nothing to generate from.
-    active = {k: sorted(v, key=lambda lp: lp.round) for k, v in history.items() if k in examples or k in last_program}
-    rng = np.random.default_rng(seed)
-    shares = allocate_budget(active, budget, cfg.exploration_floor, cfg.explore_share, cfg.solved_threshold, rng)
-    bodies: list[tuple[str, dict[str, Any]]] = []
-    explore = shares.pop("explore", 0)
-    for key, count in sorted(shares.items()):
-        if count <= 0:
-            continue
-        try:
-            if key in last_program:
-                status = mode_status(active[key], solved_threshold=cfg.solved_threshold,
-                                     stuck_rounds=cfg.stuck_rounds, min_progress=cfg.min_progress)
-                mp = child_program(last_program[key], status, seed=ctx.seed_for("program", r, key),
-                                   budget=count, max_level=cfg.max_level)
-            else:
-                family = examples[key][0].family
-                mp = compile_generation_program(modes[key], examples[key], family, ctx.seed_for("program", r, key),
-                                                count, level=0, reason=f"new failure mode in round {r}")
-        except CompileError:
-            explore += count  # the budget is not lost: it probes new variations instead
-            continue
-        bodies.append((f"mode{len(bodies)}_r{r}", {"kind": "program", "program": mp.program.model_dump(mode="json"),
-                                                  "mode_program": mp.body(), "mode": key, "count": count,
-                                                  "mode_description": modes[key].description,
-                                                  "mode_embedding": modes[key].record_fields()["embedding"]}))
-    if explore:
-        bodies.append(("explore", {**dr, "count": explore}))
-    accepted = [e for e, _, v in pairs if v.accepted]
-    n_corr = min(len(accepted), ctx.cfg.engine.demo_budget // 4)
-    return bodies, accepted[:n_corr]
+def plan_plr(ev: Evidence) -> Plan:
+    """PLR: each budget unit replays a buffer scene with probability replay_prob (distinct scenes, by score
+    and staleness), the rest are fresh random scenes."""
+    sampler, buf, dropped = level_buffer(ev.ctx, ev.round, max(4 * ev.budget, 16))
+    rng = np.random.default_rng(ev.seed)
+    n_replay = min(len(buf), sum(sampler.decide(buf, rng) == "replay" for _ in range(ev.budget)))
+    out: list[tuple[str, dict[str, Any]]] = []
+    if n_replay:
+        buf2, idx = sampler.sample_replay(buf, rng, n_replay, unique=True)
+        out.append(("plr_replay", {"kind": "scenes", "count": n_replay, **_buffer_summary(buf, dropped),
+                                   "scenes": [buf2.scenes[i].model_dump(mode="json") for i in idx]}))
+    if ev.budget - n_replay:
+        out.append(("plr_new", ev.dr_body(ev.budget - n_replay)))
+    return Plan(out)
+
+
+def plan_accel(ev: Evidence) -> Plan:
+    """ACCEL: one random edit of the highest-scoring buffer scenes (random scenes while the buffer is empty)."""
+    from coda.engine.ued import ACCELSampler
+
+    sampler, buf, dropped = level_buffer(ev.ctx, ev.round, max(4 * ev.budget, 16))
+    if not len(buf):
+        return Plan([("dr", ev.dr_body(ev.budget))])
+    rng = np.random.default_rng(ev.seed)
+    parents = ACCELSampler(capacity=sampler.capacity).select_parents(buf, rng, max(1, ev.budget // 4))
+    return Plan([("accel", {"kind": "mutate", "n_edits": 1, "seed": ev.seed, "count": ev.budget,
+                            **_buffer_summary(buf, dropped),
+                            "parents": [buf.scenes[i].model_dump(mode="json") for i in parents]})])
+
+
+def _plan_modes(ev: Evidence) -> Plan:
+    from coda.engine.curriculum import plan_modes
+
+    return plan_modes(ev)
+
+
+for _s in (Strategy("coda", True, True, _plan_modes), Strategy("coda-sparse", True, False, _plan_modes),
+           Strategy("replay", False, False, plan_replay), Strategy("accel", False, False, plan_accel),
+           Strategy("plr", False, False, plan_plr), Strategy("dr", False, False, plan_dr),
+           Strategy("sft", False, False, None)):
+    STRATEGIES.register(_s.name, _s)
+
+
+__all__ = ["Evidence", "FILL_KEY", "Plan", "Planner", "STRATEGIES", "STREAMS", "Strategy", "StrategyError",
+           "candidate_stream", "explore_probes", "level_buffer", "level_score", "make_strategy", "phase_compile",
+           "run_round", "scene_potentials"]

@@ -1,0 +1,158 @@
+"""Every strategy end to end on the `tiny` preset: one shared round 0, then one round of each strategy from it.
+
+What the runs must show: every phase of the round commits (the critic's two only for coda and coda-sparse),
+each strategy generates exactly its generation budget of valid scenes, the round trains a new checkpoint
+and measures it on every evaluation split; `sft` runs no round; PLR trains on scenes replayed from its level
+buffer (the probes it scored), ACCEL on edits of buffer scenes, replay on edits of the failed probes; all
+strategies start from the same SFT checkpoint and round-0 records; and `--from-round0` refuses a run whose
+round-0 settings differ, naming the setting.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared runs helper, in any pytest import mode
+
+import engine_runs as E  # noqa: E402
+
+from coda.engine.context import RunDirError  # noqa: E402
+from coda.engine.loop import run, start_run  # noqa: E402
+from coda.scene.spec import ScenarioSpec  # noqa: E402
+
+ROUND1 = ("evaluate", "diagnose", "verify", "compile", "generate", "train", "measure")
+CRITIC_FREE = ("evaluate", "compile", "generate", "train", "measure")
+SPLITS = {"sft", "position", "instruction", "task", "object", "distractor", "physics"}
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, Path]:
+    return {s: E.strategy_run(s) for s in E.ROUND_STRATEGIES}
+
+
+def _manifest(mem: Any, run_id: str) -> dict[str, Any]:
+    return next(t.body for t in mem.list("training_program", run_id=run_id, round_idx=1) if t.key == "expert_demos_r1")
+
+
+def _specs(mem: Any, ids: list[int]) -> list[ScenarioSpec]:
+    return [ScenarioSpec.from_dict(mem.get("scenario", i).spec) for i in ids]
+
+
+@pytest.mark.parametrize("strategy", E.ROUND_STRATEGIES)
+def test_strategy_round_commits_every_phase_trains_and_measures(runs: dict[str, Path], strategy: str) -> None:
+    path = runs[strategy]
+    cfg = E.config(strategy)
+    with E.open_run(path) as mem:
+        rid = path.name
+        assert mem.get_run(rid).status == "done"
+        want = ROUND1 if strategy in ("coda", "coda-sparse") else CRITIC_FREE
+        assert [p for r, p in mem.completed_phases(rid) if r == 1] == list(want)
+        assert [c.path for c in mem.list("checkpoint", run_id=rid)] == ["checkpoints/round_000.pt", "checkpoints/round_001.pt"]
+        train = next(t.body for t in mem.list("training_program", run_id=rid, round_idx=1) if t.key == "round_1")
+        assert 1 <= train["expert_demos"] <= cfg.engine.generation_budget
+        assert train["shaping_weight"] == (cfg.shaping.weight if strategy == "coda" else 0.0)
+        evals = [e for e in mem.list("episode", run_id=rid, round_idx=1) if e.phase == "measure"]
+        assert {e.info["split"] for e in evals} == SPLITS
+        assert len(evals) == len(SPLITS) * cfg.bench.eval_scenes_per_split
+        probes = [e for e in mem.list("episode", run_id=rid, round_idx=1) if e.phase == "evaluate"]
+        assert len(probes) == cfg.engine.probe_scenes
+        diagnosed = mem.list("diagnosis", run_id=rid)
+        if strategy in ("coda", "coda-sparse"):
+            failed = [e for e in probes if not e.success]
+            assert [d.episode_id for d in diagnosed] == [e.id for e in failed][: cfg.engine.max_diagnoses]
+            assert len(mem.list("verdict", run_id=rid)) == len(diagnosed)
+        else:
+            assert diagnosed == []
+    assert (path / "checkpoints" / "round_001.pt").is_file()
+    assert (path / "report.html").is_file() == (strategy == "coda")
+
+
+@pytest.mark.parametrize("strategy", E.ROUND_STRATEGIES)
+def test_strategy_generates_exactly_its_budget_of_valid_scenes(runs: dict[str, Path], strategy: str) -> None:
+    path = runs[strategy]
+    budget = E.config(strategy).engine.generation_budget
+    with E.open_run(path) as mem:
+        rid = path.name
+        programs = {p.key: p for p in mem.list("generation_program", run_id=rid, round_idx=1)}
+        assert sum(p.body["count"] for p in programs.values()) == budget
+        manifest = _manifest(mem, rid)
+        assert manifest["shortfall"] == 0 and manifest["budget"] == budget
+        assert len(manifest["scenes"]) == budget
+        ids = [s["scenario_id"] for s in manifest["scenes"]]
+        assert len(set(ids)) == budget
+        assert all(mem.get("scenario", i).valid for i in ids)
+        assert {s["program"] for s in manifest["scenes"]} <= set(programs)
+        # every candidate the phase checked is recorded; the valid ones it recorded are the manifest's new scenes
+        checked = [s for s in mem.list("scenario", run_id=rid, round_idx=1) if s.phase == "generate"]
+        assert {s.id for s in checked if s.valid} == {i for i in ids if mem.get("scenario", i).phase == "generate"}
+        assert all(s.invalid_reason for s in checked if not s.valid)
+
+
+def test_sft_runs_no_round_even_when_rounds_are_set(tmp_path: Path) -> None:
+    path = tmp_path / "sft"
+    result = run(start_run(E.config("sft", rounds=2), path, from_round0=E.round0()), report=False)
+    assert set(result.success) == {0}
+    with E.open_run(path) as mem:
+        assert {r for r, _ in mem.completed_phases(path.name)} == {0}
+
+
+def test_every_strategy_starts_from_the_same_round_0(runs: dict[str, Path]) -> None:
+    source = E.memory_contents(E.round0())
+    for strategy, path in runs.items():
+        assert E.memory_contents(path, rounds=(0,)) == source, strategy
+        assert E.weights_digest(path / "checkpoints" / "round_000.pt") == E.weights_digest(
+            E.round0() / "checkpoints" / "round_000.pt")
+
+
+def test_from_round0_refuses_other_round0_settings(tmp_path: Path) -> None:
+    cfg = E.config("dr", extra=("policy.hidden=32",))
+    with pytest.raises(RunDirError, match=r"policy.hidden = 16 there but 32 here"):
+        start_run(cfg, tmp_path / "other", from_round0=E.round0())
+    assert not (tmp_path / "other").exists()
+    start_run(E.config("dr", extra=("policy.finetune_steps=3", "engine.generation_budget=2")), tmp_path / "ok",
+              from_round0=E.round0())  # round-1 settings may differ
+    with pytest.raises(RunDirError, match="no config.yaml"):
+        start_run(E.config("dr"), tmp_path / "x", from_round0=tmp_path)
+
+
+def test_plr_trains_on_scenes_replayed_from_its_level_buffer(runs: dict[str, Path]) -> None:
+    path = runs["plr"]
+    with E.open_run(path) as mem:
+        rid = path.name
+        replay = next(p for p in mem.list("generation_program", run_id=rid, round_idx=1) if p.key == "plr_replay")
+        probes = {mem.get("scenario", e.scenario_id).spec_id: e
+                  for e in mem.list("episode", run_id=rid, round_idx=1) if e.phase == "evaluate"}
+        body = replay.body
+        assert body["dropped_scores"] == 0 and all(math.isfinite(x) for x in body["scores"])
+        assert set(body["buffer"]) == set(probes)  # the buffer holds the scored probes, nothing else
+        assert body["scores"] == [0.0 if probes[s].success else 1.0 for s in body["buffer"]]
+        replayed = [ScenarioSpec.from_dict(s).spec_id for s in body["scenes"]]
+        assert replayed and len(set(replayed)) == len(replayed) == body["count"]
+        assert set(replayed) <= set(body["buffer"])
+        manifest = _manifest(mem, rid)
+        trained = [mem.get("scenario", s["scenario_id"]).spec_id for s in manifest["scenes"] if s["program"] == "plr_replay"]
+        assert sorted(trained) == sorted(replayed)  # replayed scenes, not fresh random ones, got the demos
+
+
+def test_accel_and_replay_edit_the_scenes_they_select(runs: dict[str, Path]) -> None:
+    for strategy, key in (("accel", "accel"), ("replay", "replay")):
+        path = runs[strategy]
+        with E.open_run(path) as mem:
+            rid = path.name
+            prog = next(p for p in mem.list("generation_program", run_id=rid, round_idx=1) if p.key == key)
+            parents = {ScenarioSpec.from_dict(p).spec_id for p in prog.body["parents"]}
+            probes = [e for e in mem.list("episode", run_id=rid, round_idx=1) if e.phase == "evaluate"]
+            probe_ids = {mem.get("scenario", e.scenario_id).spec_id: e for e in probes}
+            assert parents <= set(probe_ids)
+            if strategy == "replay":
+                assert parents == {s for s, e in probe_ids.items() if not e.success}
+            else:
+                assert parents <= set(prog.body["buffer"])
+            manifest = _manifest(mem, rid)
+            made = _specs(mem, [s["scenario_id"] for s in manifest["scenes"] if s["program"] == key])
+            assert made and all(s.provenance.parent in parents for s in made)

@@ -1,0 +1,144 @@
+"""Faults inside a round are recorded and the round goes on; bad level scores never reach a replay buffer.
+
+- A critic that answers malformed JSON, one that is unavailable, and one that answers with the wrong type
+  leave rejected Diagnosis records (with the reason) and rejected verdicts; the round still commits.
+- A generation source that yields an invalid scene (interpenetrating objects) leaves it in memory as an
+  invalid Scenario with the validity check's reason; the fill source makes up the budget.
+- Level scores: a probe the simulator cut short scores NaN, and NaN/inf scores are dropped before the PLR
+  level buffer; PLR's replayed scenes are scenes of that buffer.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared runs helper, in any pytest import mode
+
+import engine_runs as E  # noqa: E402
+
+from coda.critic.base import CRITICS, CriticUnavailable  # noqa: E402
+from coda.critic.diagnosis import parse_diagnosis  # noqa: E402
+from coda.engine.context import RunContext  # noqa: E402
+from coda.engine.loop import run, start_run  # noqa: E402
+from coda.engine.strategies import (  # noqa: E402
+    STRATEGIES,
+    Evidence,
+    Plan,
+    Strategy,
+    level_buffer,
+    level_score,
+    plan_plr,
+)
+from coda.memory import Episode, Scenario, open_memory  # noqa: E402
+from coda.scene.spec import ScenarioSpec  # noqa: E402
+
+
+class FaultyCritic:
+    """Malformed JSON, then unavailable, then an answer of the wrong type, in turn."""
+
+    name = "faulty"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def diagnose(self, episode: Any) -> Any:
+        self.calls += 1
+        if self.calls % 3 == 1:
+            return parse_diagnosis('{"failure_mode": "missed_grasp", ', critic=self.name, episode_id=episode.episode_id)
+        if self.calls % 3 == 2:
+            raise CriticUnavailable("endpoint http://127.0.0.1:9/v1 refused the connection")
+        return {"failure_mode": "missed_grasp"}
+
+
+def _invalid_scene(spec: ScenarioSpec) -> ScenarioSpec:
+    """`spec` with its last object moved onto another one: the validity check refuses it (interpenetration)."""
+    objs = spec.objects
+    return spec.replace(objects=(*objs[:-1], objs[-1].model_copy(update={"pos": objs[0].pos})))
+
+
+def test_faulty_critic_and_invalid_scene_are_recorded_and_the_round_completes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with E.open_run(E.round0()) as mem:
+        train = [ScenarioSpec.from_dict(s.spec) for s in mem.list("scenario", run_id="round0") if s.split == "train"]
+    bad = _invalid_scene(train[0])
+
+    def plan(ev: Evidence) -> Plan:  # the invalid scene first, then a valid one; the fill source does the rest
+        scenes = [bad.model_dump(mode="json"), train[1].model_dump(mode="json")]
+        return Plan([("given", {"kind": "scenes", "scenes": scenes, "count": ev.budget})])
+
+    monkeypatch.setitem(CRITICS._items, "faulty", lambda cfg: FaultyCritic())
+    monkeypatch.setitem(STRATEGIES._items, "faulty-test", Strategy("faulty-test", True, True, plan))
+    cfg = E.config("faulty-test", extra=("critic.name=faulty", "engine.max_diagnoses=3"))
+    path = tmp_path / "faulty"
+    run(start_run(cfg, path, from_round0=E.round0()), report=False)
+    with E.open_run(path) as mem:
+        rid = path.name
+        assert [p for r, p in mem.completed_phases(rid) if r == 1] == [
+            "evaluate", "diagnose", "verify", "compile", "generate", "train", "measure"]
+        diagnoses = mem.list("diagnosis", run_id=rid)
+        assert len(diagnoses) == 3 and not any(d.accepted for d in diagnoses)
+        assert diagnoses[0].reason.startswith("malformed JSON") and diagnoses[0].raw.startswith('{"failure_mode"')
+        assert diagnoses[1].reason == "critic unavailable: endpoint http://127.0.0.1:9/v1 refused the connection"
+        assert diagnoses[2].reason == "critic returned a dict, not a Diagnosis or DiagnosisRejected"
+        verdicts = mem.list("verdict", run_id=rid)
+        assert [v.diagnosis_id for v in verdicts] == [d.id for d in diagnoses] and not any(v.passed for v in verdicts)
+        assert all("the critic's answer was rejected" in v.reason for v in verdicts)
+        invalid = [s for s in mem.list("scenario", run_id=rid, round_idx=1) if s.phase == "generate" and not s.valid]
+        assert [s.spec_id for s in invalid][:1] == [bad.spec_id]
+        assert invalid[0].invalid_reason == "interpenetration" and invalid[0].split == "generated:given"
+        manifest = next(t.body for t in mem.list("training_program", run_id=rid, round_idx=1) if t.key == "expert_demos_r1")
+        sources = [s["program"] for s in manifest["scenes"]]
+        assert len(sources) == cfg.engine.generation_budget and sources[0] == "given" and set(sources[1:]) == {"fill"}
+        assert manifest["notes"]["given"] == "ran dry after 2 candidates"
+        assert mem.get_run(rid).status == "done"
+
+
+def _context(tmp_path: Path) -> RunContext:
+    cfg = E.config("plr")
+    mem = open_memory(tmp_path)
+    mem.create_run("ued", config=cfg.model_dump(mode="json"), seed=0, strategy="plr")
+    return RunContext(cfg=cfg, run_dir=tmp_path, run_id="ued", memory=mem, families=(E.FAMILY,))
+
+
+def test_non_finite_level_scores_never_enter_the_buffer_and_plr_replays_buffer_scenes(tmp_path: Path) -> None:
+    from coda.engine.mutate import dr_scene
+
+    ctx = _context(tmp_path)
+    rng = np.random.default_rng(0)
+    specs = [dr_scene(rng, E.FAMILY, 1) for _ in range(5)]
+    outcomes = [(True, None), (False, None), (False, "mj_step: simulation unstable (QACC)"), (False, None), (True, None)]
+    with ctx.memory.phase("ued", 1, "evaluate") as tx:
+        for i, (spec, (ok, err)) in enumerate(zip(specs, outcomes)):
+            sc = tx.add(Scenario.from_spec(spec, split="probe"))
+            tx.add(Episode(scenario_id=sc.id, policy="policy", seed=i, success=ok, episode_return=0.0, length=10,
+                           info={"kind": "probe", "error": err}))
+    assert math.isnan(level_score(False, "unstable")) and level_score(False, None) == 1.0
+    _, buf, dropped = level_buffer(ctx, 1, 16)
+    assert dropped == 1
+    assert [s.spec_id for s in buf.scenes] == [s.spec_id for k, s in enumerate(specs) if k != 2]
+    assert np.all(np.isfinite(buf.scores)) and list(buf.scores) == [0.0, 1.0, 1.0, 0.0]
+    plan = plan_plr(Evidence(ctx, 1, [], {}, {}, budget=8, seed=3))
+    assert sum(b["count"] for _, b in plan.sources) == 8
+    replay = dict(plan.sources)["plr_replay"]
+    replayed = [ScenarioSpec.from_dict(s).spec_id for s in replay["scenes"]]
+    assert replayed and len(set(replayed)) == len(replayed) <= len(buf)
+    assert set(replayed) <= {s.spec_id for s in buf.scenes}
+    assert specs[2].spec_id not in replayed + replay["buffer"]
+    ctx.memory.close()
+
+
+def test_a_planner_that_misses_the_budget_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from coda.engine.strategies import StrategyError, phase_compile
+
+    ctx = _context(tmp_path)
+    greedy = Strategy("greedy", False, False, lambda ev: Plan([("dr", ev.dr_body(ev.budget + 1))]))
+    with pytest.raises(StrategyError, match=r"planned source counts \[5\]; .* generation budget \(4\)"):
+        phase_compile(ctx, 1, greedy, [], {}, {})
+    assert not ctx.memory.phase_done("ued", 1, "compile")
+    ctx.memory.close()
