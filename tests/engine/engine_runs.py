@@ -11,6 +11,8 @@ thread (bit-identical training on a resumed run), and an 80-step horizon (the pi
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +43,7 @@ def root() -> Path:
     """The session's directory of shared runs."""
     if not _ROOT:
         _ROOT.append(Path(tempfile.mkdtemp(prefix="coda-engine-runs-")))
+        atexit.register(shutil.rmtree, _ROOT[0], ignore_errors=True)
     return _ROOT[0]
 
 

@@ -106,30 +106,42 @@ def _context(tmp_path: Path) -> RunContext:
     return RunContext(cfg=cfg, run_dir=tmp_path, run_id="ued", memory=mem, families=(E.FAMILY,))
 
 
+def _probes(ctx: RunContext, r: int, specs: list[ScenarioSpec], outcomes: list[tuple[bool, str | None]]) -> None:
+    with ctx.memory.phase(ctx.run_id, r, "evaluate") as tx:
+        for i, (spec, (ok, err)) in enumerate(zip(specs, outcomes)):
+            sc = tx.add(Scenario.from_spec(spec, split="probe"))
+            tx.add(Episode(scenario_id=sc.id, policy="policy", seed=i, success=ok, episode_return=0.0, length=10,
+                           info={"kind": "probe", "error": err}))
+
+
 def test_non_finite_level_scores_never_enter_the_buffer_and_plr_replays_buffer_scenes(tmp_path: Path) -> None:
     from coda.engine.mutate import dr_scene
 
     ctx = _context(tmp_path)
     rng = np.random.default_rng(0)
-    specs = [dr_scene(rng, E.FAMILY, 1) for _ in range(5)]
+    specs = [dr_scene(rng, E.FAMILY, 1) for _ in range(7)]
     outcomes = [(True, None), (False, None), (False, "mj_step: simulation unstable (QACC)"), (False, None), (True, None)]
-    with ctx.memory.phase("ued", 1, "evaluate") as tx:
-        for i, (spec, (ok, err)) in enumerate(zip(specs, outcomes)):
-            sc = tx.add(Scenario.from_spec(spec, split="probe"))
-            tx.add(Episode(scenario_id=sc.id, policy="policy", seed=i, success=ok, episode_return=0.0, length=10,
-                           info={"kind": "probe", "error": err}))
+    _probes(ctx, 1, specs[:5], outcomes)
     assert math.isnan(level_score(False, "unstable")) and level_score(False, None) == 1.0
     _, buf, dropped = level_buffer(ctx, 1, 16)
     assert dropped == 1
-    assert [s.spec_id for s in buf.scenes] == [s.spec_id for k, s in enumerate(specs) if k != 2]
+    assert [s.spec_id for s in buf.scenes] == [s.spec_id for k, s in enumerate(specs[:5]) if k != 2]
     assert np.all(np.isfinite(buf.scores)) and list(buf.scores) == [0.0, 1.0, 1.0, 0.0]
-    plan = plan_plr(Evidence(ctx, 1, [], {}, {}, budget=8, seed=3))
-    assert sum(b["count"] for _, b in plan.sources) == 8
+    budget = ctx.cfg.engine.generation_budget
+    plan = plan_plr(Evidence(ctx, 1, [], {}, {}, budget=budget, seed=ctx.seed_for("generate", 1)))
+    assert sum(b["count"] for _, b in plan.sources) == budget
     replay = dict(plan.sources)["plr_replay"]
     replayed = [ScenarioSpec.from_dict(s).spec_id for s in replay["scenes"]]
     assert replayed and len(set(replayed)) == len(replayed) <= len(buf)
     assert set(replayed) <= {s.spec_id for s in buf.scenes}
     assert specs[2].spec_id not in replayed + replay["buffer"]
+    # round 2: the buffer remembers which scenes round 1 replayed (their staleness restarts then)
+    _probes(ctx, 2, specs[5:], [(False, None), (True, None)])
+    _, buf2, _ = level_buffer(ctx, 2, max(4 * budget, 16), replayed=True)
+    assert buf2.tick == 3  # insert (round 1), replay draw (round 1), insert (round 2)
+    sampled = {s.spec_id: int(t) for s, t in zip(buf2.scenes, buf2.last_sampled)}
+    assert {k for k, t in sampled.items() if t == 2} == set(replayed)
+    assert {k for k, t in sampled.items() if t == 3} == {specs[5].spec_id, specs[6].spec_id}
     ctx.memory.close()
 
 

@@ -169,27 +169,15 @@ class _TrainingCompiler:
 
 def rediagnosis_probes(ctx: RunContext, r: int, n: int) -> list[ScenarioSpec]:
     """Up to `n` valid held-apart scenes of the programs of round r − 1 flagged `rediagnose` (stuck at level 0),
-    to be probed (and their failures diagnosed) first in round r."""
-    from coda.scene.programs import ProgramError, load_program, make_scene
-    from coda.scene.splits import sim_check
+    shared evenly, to be probed (and their failures diagnosed) first in round r."""
+    from coda.engine.round import held_apart_scenes
 
     flagged = [p for p in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=r - 1)
                if (p.body.get("mode_program") or {}).get("rediagnose")] if r > 1 else []
     out: list[ScenarioSpec] = []
     for k, prog in enumerate(flagged):
-        program = load_program(prog.body["program"]).model_copy(update={"seed": ctx.seed_for("rediagnose", r, prog.key)})
         want = (n - len(out)) // (len(flagged) - k)  # an even share of what is left
-        got = 0
-        for i in range(3 * want + 5):
-            if got >= want:
-                break
-            try:
-                spec = make_scene(program, i)
-            except ProgramError:
-                continue
-            if sim_check(spec)[0]:
-                out.append(spec)
-                got += 1
+        out += held_apart_scenes(prog.body["program"], ctx.seed_for("rediagnose", r, prog.key), want)
     return out
 
 

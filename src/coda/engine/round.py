@@ -415,6 +415,26 @@ def _with_potential(ep: Any, spec: ScenarioSpec, env: Any, pot: Any) -> Any:
     return dataclasses.replace(ep, potentials=np.asarray(pot.phis(states), np.float32))
 
 
+def held_apart_scenes(program: dict[str, Any], seed: int, n: int) -> list[ScenarioSpec]:
+    """Up to `n` valid scenes of a stored scene program run with another `seed`, so never trained on. Scenes
+    the program cannot build or the simulator refuses are skipped; at most 3 n + 5 are tried."""
+    from coda.scene.programs import ProgramError, load_program, make_scene
+    from coda.scene.splits import sim_check
+
+    held_apart = load_program(program).model_copy(update={"seed": seed})
+    out: list[ScenarioSpec] = []
+    for i in range(3 * n + 5):
+        if len(out) >= n:
+            break
+        try:
+            spec = make_scene(held_apart, i)
+        except ProgramError:
+            continue
+        if sim_check(spec)[0]:
+            out.append(spec)
+    return out
+
+
 # ---- measure ------------------------------------------------------------------------------------------
 
 def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Path,
@@ -425,8 +445,6 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
 
     def progress_records() -> list[Any]:
         from coda.memory import LearningProgress as ProgressRecord
-        from coda.scene.programs import iter_program, load_program
-        from coda.scene.splits import sim_check
 
         k = ctx.cfg.engine.mode_probes
         rows = []
@@ -434,14 +452,7 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
         for prog in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=r):
             if not prog.body.get("mode_program") or prog.failure_mode_id is None:
                 continue
-            program = load_program(prog.body["program"])
-            held_apart = program.model_copy(update={"seed": ctx.seed_for("held_apart", r, prog.key)})
-            probes: list[ScenarioSpec] = []
-            for i, spec in enumerate(iter_program(held_apart)):
-                if len(probes) >= k or i >= 3 * k + 5:
-                    break
-                if sim_check(spec)[0]:
-                    probes.append(spec)
+            probes = held_apart_scenes(prog.body["program"], ctx.seed_for("held_apart", r, prog.key), k)
             if not probes:
                 continue
             before = evaluate_checkpoint(prev_checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,
@@ -457,5 +468,5 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
     return phase_measure_splits(ctx, r, checkpoint, splits, extra_records=progress_records)
 
 
-__all__ = ["EVAL_SPLITS", "GeneratedScenes", "ProbeEpisode", "diagnose_safely", "phase_diagnose", "phase_evaluate",
-           "phase_generate", "phase_measure", "phase_train_round", "phase_verify", "replay_states"]
+__all__ = ["EVAL_SPLITS", "GeneratedScenes", "ProbeEpisode", "diagnose_safely", "held_apart_scenes", "phase_diagnose",
+           "phase_evaluate", "phase_generate", "phase_measure", "phase_train_round", "phase_verify", "replay_states"]

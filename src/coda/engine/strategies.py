@@ -326,8 +326,11 @@ def level_score(success: bool, error: str | None) -> float:
     return math.nan if error else Score.FAILURE.compute(SceneResults(successes=[float(success)]))
 
 
-def level_buffer(ctx: RunContext, r: int, capacity: int) -> tuple[Any, Any, int]:
+def level_buffer(ctx: RunContext, r: int, capacity: int, *, replayed: bool = False) -> tuple[Any, Any, int]:
     """The PLR level buffer of round r: every probe so far with its score, oldest round first.
+
+    With `replayed`, PLR's replay draws of rounds 1 .. r − 1 are made again (`plr_draw`, same seeds on the same
+    buffer, hence the same scenes), so the scenes replayed then carry the staleness they had.
 
     Returns:
         (sampler, buffer, number of episodes left out because their score was not finite).
@@ -344,7 +347,17 @@ def level_buffer(ctx: RunContext, r: int, capacity: int) -> tuple[Any, Any, int]
         dropped += len(eps) - len(keep)
         specs = [ScenarioSpec.from_dict(ctx.memory.get("scenario", e.scenario_id).spec) for e, _ in keep]
         buf = sampler.insert(buf, specs, np.array([s for _, s in keep], dtype=np.float64))
+        if replayed and rr < r:
+            buf, _ = plr_draw(sampler, buf, np.random.default_rng(ctx.seed_for("generate", rr)),
+                              ctx.cfg.engine.generation_budget)
     return sampler, buf, dropped
+
+
+def plr_draw(sampler: Any, buf: Any, rng: np.random.Generator, budget: int) -> tuple[Any, np.ndarray]:
+    """PLR's draw for one round: each of `budget` scenes is a replay with probability replay_prob; the replays
+    are distinct buffer scenes drawn by score and staleness. Returns (buffer after the draw, drawn indices)."""
+    n = min(len(buf), sum(sampler.decide(buf, rng) == "replay" for _ in range(budget)))
+    return sampler.sample_replay(buf, rng, n, unique=True) if n else (buf, np.zeros(0, np.int64))
 
 
 def _buffer_summary(buf: Any, dropped: int) -> dict[str, Any]:
@@ -355,16 +368,14 @@ def _buffer_summary(buf: Any, dropped: int) -> dict[str, Any]:
 def plan_plr(ev: Evidence) -> Plan:
     """PLR: each budget unit replays a buffer scene with probability replay_prob (distinct scenes, by score
     and staleness), the rest are fresh random scenes."""
-    sampler, buf, dropped = level_buffer(ev.ctx, ev.round, max(4 * ev.budget, 16))
-    rng = np.random.default_rng(ev.seed)
-    n_replay = min(len(buf), sum(sampler.decide(buf, rng) == "replay" for _ in range(ev.budget)))
+    sampler, buf, dropped = level_buffer(ev.ctx, ev.round, max(4 * ev.budget, 16), replayed=True)
+    drawn, idx = plr_draw(sampler, buf, np.random.default_rng(ev.seed), ev.budget)
     out: list[tuple[str, dict[str, Any]]] = []
-    if n_replay:
-        buf2, idx = sampler.sample_replay(buf, rng, n_replay, unique=True)
-        out.append(("plr_replay", {"kind": "scenes", "count": n_replay, **_buffer_summary(buf, dropped),
-                                   "scenes": [buf2.scenes[i].model_dump(mode="json") for i in idx]}))
-    if ev.budget - n_replay:
-        out.append(("plr_new", ev.dr_body(ev.budget - n_replay)))
+    if len(idx):
+        out.append(("plr_replay", {"kind": "scenes", "count": len(idx), **_buffer_summary(buf, dropped),
+                                   "scenes": [drawn.scenes[i].model_dump(mode="json") for i in idx]}))
+    if ev.budget - len(idx):
+        out.append(("plr_new", ev.dr_body(ev.budget - len(idx))))
     return Plan(out)
 
 
@@ -397,4 +408,4 @@ for _s in (Strategy("coda", True, True, _plan_modes), Strategy("coda-sparse", Tr
 
 __all__ = ["Evidence", "FILL_KEY", "Plan", "Planner", "STRATEGIES", "STREAMS", "Strategy", "StrategyError",
            "candidate_stream", "explore_probes", "level_buffer", "level_score", "make_strategy", "phase_compile",
-           "run_round", "scene_potentials"]
+           "plr_draw", "run_round", "scene_potentials"]
