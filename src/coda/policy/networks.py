@@ -100,7 +100,10 @@ class ObsEncoder(nn.Module):
 
 
 class ChunkActorHead(nn.Module):
-    """Gaussian chunk head: mean and log-std of the normalised relative chunk (B, H, A)."""
+    """Gaussian chunk head: mean and log-std of the normalised relative chunk (B, H, A).
+
+    Only the mean trains the shared features; the log-std is a linear read-out of detached features.
+    """
 
     def __init__(self, hidden: int, chunk_len: int, action_dim: int) -> None:
         super().__init__()
@@ -114,7 +117,9 @@ class ChunkActorHead(nn.Module):
         """(B, hidden) -> mean (B, H, A), log_std (B, H, A) in normalised action units."""
         h = self.act(self.trunk(z))
         mean = self.mean(h).view(-1, *self.shape)
-        log_std = self.log_std(h).view(-1, *self.shape).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        # the spread is read off detached features: its NLL gradients, huge once the fit is tight, must
+        # never reach the features behaviour cloning relies on
+        log_std = self.log_std(h.detach()).view(-1, *self.shape).clamp(LOG_STD_MIN, LOG_STD_MAX)
         return mean, log_std
 
 
