@@ -36,7 +36,7 @@ nav a{color:#9ecbff;margin-right:.9rem;text-decoration:none}
 h2{border-bottom:2px solid #dde3ea;padding-bottom:.2rem;margin-top:2.2rem}h3{margin-bottom:.3rem}
 table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.85rem;background:#fff}
 td,th{border:1px solid #d5dbe3;padding:.25rem .55rem;text-align:right;vertical-align:top}
-th{background:#eef2f6}td.l,th.l{text-align:left}small{color:#667}
+th{background:#eef2f6}td.l,th.l{text-align:left}td:not(.l){white-space:nowrap}small{color:#667}
 .plot{max-width:100%;border:1px solid #e3e7ec;background:#fff;margin:.3rem 0}
 .row{display:flex;flex-wrap:wrap;gap:1rem;align-items:flex-start}
 .gallery{display:flex;flex-wrap:wrap;gap:.8rem}
@@ -44,6 +44,9 @@ th{background:#eef2f6}td.l,th.l{text-align:left}small{color:#667}
 .scene img{width:160px;height:160px;display:block;margin:0 auto .3rem}
 .card{background:#fff;border:1px solid #dde3ea;border-radius:6px;padding:.7rem .9rem;margin:.8rem 0}
 .card .frames img{width:128px;height:128px;margin:.3rem .3rem 0 0;border:1px solid #ccd}
+.card .split{display:flex;gap:1rem;align-items:flex-start;margin-top:.4rem}.card .text{flex:1;min-width:0}
+.card .split .frames{display:grid;grid-template-columns:repeat(2,130px);gap:.3rem;flex:none}
+.card .split .frames img{margin:0}
 .card.mini{width:420px;margin:0;font-size:.85rem}.card.mini .frames img{width:96px;height:96px}
 .badge{display:inline-block;border-radius:3px;padding:0 .4rem;font-size:.78rem;color:#fff}
 .ok{background:#2e7d32}.bad{background:#c62828}.muted{background:#78909c}
@@ -198,12 +201,12 @@ def failure_mode_section(d: ReportData, diag_png: bytes | None, progress_png: by
     if d.mode_counts:
         known = {m.key for m in d.failure_modes}
         rounds = sorted({r for c in d.mode_counts.values() for r in c})
-        rows = [[esc(k) + ("" if k in known else " <small>(merged)</small>"),
+        rows = [[esc(k) + ("" if k in known else " *"),
                  *(str(c.get(r, 0)) if c.get(r) else "–" for r in rounds), str(sum(c.values()))]
                 for k, c in sorted(d.mode_counts.items())]
-        parts.append("<h3>Verified diagnoses per failure mode</h3><p>Keyed by failure mode and verified factors; "
-                     "<small>(merged)</small>: filed under a known mode of the same class whose explanation is "
-                     "near-identical.</p>"
+        parts.append("<h3>Verified diagnoses per failure mode</h3><p>Keyed by failure mode and verified factors. "
+                     "*: no failure-mode record under this key (merged into a mode of the same class with a "
+                     "near-identical explanation, or never compiled into a program).</p>"
                      + table(["failure mode", *(f"round {r}" for r in rounds), "total"], rows))
     parts.append("<h3>Generation budget</h3>")
     labels = sorted({k for r in d.budget for k in d.budget[r]})
@@ -313,8 +316,11 @@ def diagnosed_section(d: ReportData, frames: Frames) -> str:
              "accepted it. Rejected diagnoses are kept and never used.</p>"]
     if not d.cards:
         parts.append(empty("no diagnosed episodes"))
-    for c in d.cards:
-        parts.append(_card(c, frames))
+    for r in sorted({c.round for c in d.cards}):
+        cards = [c for c in d.cards if c.round == r]
+        n_ok = sum(c.verdict_passed is True for c in cards)
+        parts.append(f"<h3>Round {r} <small>({n_ok} of {len(cards)} accepted)</small></h3>")
+        parts.extend(_card(c, frames) for c in cards)
     return "".join(parts) + "</section>"
 
 
@@ -330,14 +336,14 @@ def _card(c: FailureCard, frames: Frames) -> str:
     dg = c.diagnosis
     head = (f"<b>round {c.round} · episode {c.episode_id}</b> · {esc(c.family)} · <i>{esc(c.instruction)}</i> "
             + _verdict_badge(c))
-    body = [head, _frames_html(c.keyframes, frames)]
+    body: list[str] = []
     if c.accepted_by_critic:
         body.append(f"<div>critic <b>{esc(c.critic)}</b> · failure mode <b>{esc(dg.get('failure_mode', '?'))}</b> · "
                     f"stage reached <b>{esc(dg.get('stage_reached', '?'))}</b> · objects "
                     f"{esc(', '.join(map(str, dg.get('objects') or [])) or '–')}</div>")
         body.append(f"<div class='explain'>{esc(dg.get('explanation', ''))}</div>")
         if c.mode_key:
-            body.append(f"<div>filed under failure mode <b>{esc(c.mode_key)}</b></div>")
+            body.append(f"<div>mode key <b>{esc(c.mode_key)}</b></div>")
         factors = [f for f in dg.get("factors") or [] if isinstance(f, dict)]
         if factors:
             body.append(table(["factor", "entity", "value", "why"],
@@ -351,7 +357,8 @@ def _card(c: FailureCard, frames: Frames) -> str:
         if raw:
             body.append(f"<details><summary>raw answer</summary><pre>{esc(raw)}</pre></details>")
     body.append(_verdict_html(c))
-    return "<div class='card'>" + "".join(body) + "</div>"
+    return (f"<div class='card'>{head}<div class='split'>{_frames_html(c.keyframes, frames)}"
+            f"<div class='text'>{''.join(body)}</div></div></div>")
 
 
 def _verdict_badge(c: FailureCard) -> str:
@@ -362,29 +369,32 @@ def _verdict_badge(c: FailureCard) -> str:
 
 
 def _verdict_html(c: FailureCard) -> str:
+    """The verdict's outcome in words (reasons, verified factors), its checks and trials folded below."""
     v = c.verdict
     if v is None:
         return ""
-    parts = []
+    said, folded = [], []
     reasons = v.get("reasons") or ([c.verdict_reason] if c.verdict_reason else [])
     if reasons:
-        parts.append("<div>rejected because: " + "; ".join(esc(r) for r in reasons) + "</div>")
-    checks = [x for x in v.get("checks") or [] if isinstance(x, dict)]
-    if checks:
-        parts.append(table(["check", "status", "reason", "details"],
-                           ([esc(x.get("name")), _status(x.get("status")), esc(x.get("reason", "")),
-                             esc(json.dumps(x.get("details") or {}, sort_keys=True, ensure_ascii=False))]
-                            for x in checks), left=4))
-    trials = [t for t in v.get("trials") or [] if isinstance(t, dict)]
-    if trials:
-        parts.append(table(["counterfactual factor", "scenes", "base failure", "with factor", "reproduced", "error"],
-                           ([esc(_factor(t.get("factor"))), esc(t.get("n", 0)), _num(t.get("base_failure_rate")),
-                             _num(t.get("factor_failure_rate")), "yes" if t.get("reproduced") else "no",
-                             esc(t.get("error") or "")] for t in trials), left=1))
+        said.append("<div>rejected because: " + "; ".join(esc(r) for r in reasons) + "</div>")
     verified = [f for f in v.get("verified_factors") or [] if isinstance(f, dict)]
     if verified:
-        parts.append("<div>verified factors: " + ", ".join(esc(_factor(f)) for f in verified) + "</div>")
-    return "<details open><summary>verdict</summary>" + "".join(parts) + "</details>" if parts else ""
+        said.append("<div>verified factors: " + ", ".join(esc(_factor(f)) for f in verified) + "</div>")
+    checks = [x for x in v.get("checks") or [] if isinstance(x, dict)]
+    if checks:
+        folded.append(table(["check", "status", "reason", "details"],
+                            ([esc(x.get("name")), _status(x.get("status")), esc(x.get("reason", "")),
+                              esc(json.dumps(x.get("details") or {}, sort_keys=True, ensure_ascii=False))]
+                             for x in checks), left=4))
+    trials = [t for t in v.get("trials") or [] if isinstance(t, dict)]
+    if trials:
+        folded.append(table(["counterfactual factor", "scenes", "base failure", "with factor", "reproduced", "error"],
+                            ([esc(_factor(t.get("factor"))), esc(t.get("n", 0)), _num(t.get("base_failure_rate")),
+                              _num(t.get("factor_failure_rate")), "yes" if t.get("reproduced") else "no",
+                              esc(t.get("error") or "")] for t in trials), left=1))
+    summary = " · ".join(f"{esc(x.get('name'))} {_status(x.get('status'))}" for x in checks) or "checks"
+    return "".join(said) + (f"<details><summary>verdict: {summary}</summary>{''.join(folded)}</details>"
+                            if folded else "")
 
 
 def _status(s: Any) -> str:
