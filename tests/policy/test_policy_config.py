@@ -23,13 +23,13 @@ def test_config_import_does_not_import_torch() -> None:
         ("policy.n_action_steps=9", "n_action_steps (9) must not exceed chunk_len (8)"),
         ("policy.improvement=awr", "improvement 'awr' needs train_critic = true"),
         ("policy.value_guided_samples=4", "value_guided_samples (4) needs train_critic = true"),
-        ("policy.heads=3", "heads (3) must divide hidden (128)"),
+        ("policy.heads=3", "heads (3) must divide hidden (64)"),
         ("policy.expectile=1.5", "'policy.expectile' = 1.5"),
     ],
 )
 def test_bad_values_are_named(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match="invalid config") as e:
-        build_config("full", overrides=[override])
+        build_config("full", overrides=["policy.hidden=64", override])
     assert message in str(e.value)
     assert "\n" not in str(e.value)
 
