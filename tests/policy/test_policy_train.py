@@ -92,3 +92,25 @@ def test_metrics_jsonl_and_determinism(tmp_path: Path, hashing) -> None:
     b = build_policy(cfg, data, hashing)
     train_policy(b, data, steps=6)
     assert all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
+
+
+def test_fine_tuning_starts_from_the_checkpoint_and_keeps_its_stats(tmp_path: Path, hashing) -> None:
+    from coda.policy.checkpoint import load_policy
+    from coda.policy.data import DemoWriter
+    from coda.policy.errors import CheckpointError
+    from coda.policy.train import train_sft
+
+    for name, seed in (("a", 13), ("b", 14)):
+        with DemoWriter(tmp_path / name) as w:
+            for ep in expert_episodes(make_specs(4, seed=seed, region=(-0.2, 0.0) if name == "a" else (0.0, 0.2))):
+                w.add(ep)
+    cfg = tiny_cfg()
+    base, _ = train_sft([tmp_path / "a"], cfg, tmp_path / "a.pt", steps=3, text=hashing)
+    tuned, result = train_sft([tmp_path / "b"], cfg, tmp_path / "b.pt", steps=2, text=hashing, init_from=tmp_path / "a.pt")
+    # normalisation comes from the base checkpoint, not from the new (shifted) data
+    assert torch.equal(tuned.stats.object_mean, base.stats.object_mean)
+    fresh, _ = train_sft([tmp_path / "b"], cfg, tmp_path / "c.pt", steps=1, text=hashing)
+    assert not torch.equal(fresh.stats.object_mean, base.stats.object_mean)
+    assert load_policy(tmp_path / "b.pt").state_dict().keys() == base.state_dict().keys()
+    with pytest.raises(CheckpointError, match="another architecture"):
+        train_sft([tmp_path / "b"], tiny_cfg(hidden=32), tmp_path / "d.pt", steps=1, text=hashing, init_from=tmp_path / "a.pt")

@@ -202,13 +202,37 @@ def train_sft(
     metrics_path: str | Path | None = None,
     progress: bool = False,
     text: TextEmbedder | None = None,
+    init_from: str | Path | None = None,
+    shaping_weight: float = 1.0,
 ) -> tuple[ChunkPolicy, TrainResult]:
-    """Behaviour cloning from demonstration directories into `checkpoint` (the `sft` setting)."""
+    """Train on demonstration directories into `checkpoint`.
+
+    With the default config this is plain behaviour cloning (the `sft` setting); `cfg.train_critic` and
+    `cfg.improvement = "awr"` add the chunk critic and advantage weighting on the same data.
+
+    Args:
+        demo_dirs: dataset directories (demonstrations and corrective episodes).
+        cfg: policy config (architecture, optimiser, losses).
+        checkpoint: output file.
+        steps: optimizer steps (default `cfg.train_steps`).
+        metrics_path: JSONL metrics file.
+        progress: rich progress bar.
+        text: sentence embedder (default: `cfg.text_model`).
+        init_from: fine-tune this checkpoint instead of starting fresh; its weights AND its normalisation
+            statistics are kept, so inputs mean the same to the network before and after.
+        shaping_weight: scale of the potentials stored with the episodes.
+    Raises:
+        DatasetError, CheckpointError (architecture of `init_from` differs from `cfg`), TrainingError.
+    """
+    from coda.policy.checkpoint import load_into
+
     dirs = [Path(d) for d in demo_dirs]
-    data = load_chunk_dataset(dirs, cfg, text)
+    data = load_chunk_dataset(dirs, cfg, text, shaping_weight)
     policy = build_policy(cfg, data, text)
+    if init_from is not None:
+        load_into(policy, init_from)
     result = train_policy(
         policy, data, steps=steps, checkpoint=checkpoint, metrics_path=metrics_path, progress=progress,
-        meta={"demos": [str(d) for d in dirs]},
+        meta={"demos": [str(d) for d in dirs], "init_from": str(init_from) if init_from else None},
     )
     return policy, result
