@@ -55,6 +55,10 @@ def test_strategy_round_commits_every_phase_trains_and_measures(runs: dict[str, 
         assert [c.path for c in mem.list("checkpoint", run_id=rid)] == ["checkpoints/round_000.pt", "checkpoints/round_001.pt"]
         train = next(t.body for t in mem.list("training_program", run_id=rid, round_idx=1) if t.key == "round_1")
         assert 1 <= train["expert_demos"] <= cfg.engine.generation_budget
+        assert train["expert_demos"] + train["corrective"] <= cfg.engine.demo_budget  # one label budget for all
+        assert train["source_weights"] == {"replay": cfg.engine.replay_weight, "expert": cfg.engine.expert_weight,
+                                           "corrective": cfg.engine.corrective_weight}
+        assert train["bc_samples"]["replay"] > 0 and train["bc_samples"]["expert"] > 0
         assert train["shaping_weight"] == (cfg.shaping.weight if strategy == "coda" else 0.0)
         evals = [e for e in mem.list("episode", run_id=rid, round_idx=1) if e.phase == "measure"]
         assert {e.info["split"] for e in evals} == SPLITS

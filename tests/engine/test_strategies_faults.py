@@ -145,6 +145,34 @@ def test_non_finite_level_scores_never_enter_the_buffer_and_plr_replays_buffer_s
     ctx.memory.close()
 
 
+def test_ued_probes_rescore_the_scenes_they_curated_last_round(tmp_path: Path) -> None:
+    """PLR's next probes are last round's replays (so their scores are refreshed), then a replayed scene's
+    new outcome replaces its old score in the buffer; sources not curated (fill) are never re-probed."""
+    from coda.engine.mutate import dr_scene
+    from coda.engine.strategies import STRATEGIES, rescore_probes
+    from coda.memory import TrainingProgram
+
+    ctx = _context(tmp_path)
+    rng = np.random.default_rng(3)
+    specs = [dr_scene(rng, E.FAMILY, 1) for _ in range(4)]
+    _probes(ctx, 1, specs[:3], [(False, None)] * 3)  # all three failed: score 1
+    with ctx.memory.phase(ctx.run_id, 1, "generate") as tx:
+        ids = [tx.add(Scenario.from_spec(s, split="generated"), exist_ok=True).id for s in (specs[1], specs[3], specs[0])]
+        tx.add(TrainingProgram(key="expert_demos_r1", body={"kind": "expert_demos", "scenes": [
+            {"scenario_id": ids[0], "program": "plr_replay"}, {"scenario_id": ids[1], "program": "fill"},
+            {"scenario_id": ids[2], "program": "plr_replay"}]}))
+    assert STRATEGIES.get("plr").rescore == ("plr_replay",) and STRATEGIES.get("accel").rescore == ("accel",)
+    again = rescore_probes(ctx, 2, ("plr_replay",), 8)
+    assert [s.spec_id for s in again] == [specs[1].spec_id, specs[0].spec_id]
+    assert [s.spec_id for s in rescore_probes(ctx, 2, ("plr_replay",), 1)] == [specs[1].spec_id]
+    assert rescore_probes(ctx, 1, ("plr_replay",), 8) == [] and rescore_probes(ctx, 2, (), 8) == []
+    _probes(ctx, 2, again, [(True, None), (False, None)])  # the policy now solves specs[1]
+    _, buf, _ = level_buffer(ctx, 2, 16)
+    score = {s.spec_id: float(x) for s, x in zip(buf.scenes, buf.scores)}
+    assert len(buf) == 3 and score[specs[1].spec_id] == 0.0 and score[specs[0].spec_id] == 1.0
+    ctx.memory.close()
+
+
 def test_a_planner_that_misses_the_budget_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from coda.engine.strategies import StrategyError, phase_compile
 

@@ -125,3 +125,39 @@ def test_corrective_episode_replays_and_labels_every_k(hashing) -> None:
     np.testing.assert_array_equal(ep.label_chunks[0], ReachExpert(k=4).act(env.state()))
     data = ChunkDataset([ep], hashing, chunk_len=4)
     assert data.n_bc == 4 and data.n_critic == 8
+
+
+def test_source_weights_set_each_sources_share_of_bc_batches(hashing) -> None:
+    """Two sources of very different sizes: with weights 1:1 each fills half of the batches; with 0 for one
+    it never appears; without weights sampling is proportional to size."""
+    import torch
+
+    eps = expert_episodes(make_specs(9, seed=7))
+    sources = ["old"] * 8 + ["new"]
+
+    def share(data: ChunkDataset) -> float:
+        g = torch.Generator().manual_seed(0)
+        idx = torch.cat([data.bc_indices(256, g) for _ in range(40)])
+        return float(np.mean([data.bc_source[i] == "new" for i in idx.tolist()]))
+
+    even = ChunkDataset(eps, hashing, 4, sources=sources, source_weights={"old": 1.0, "new": 1.0})
+    assert even.bc_source.count("new") == eps[-1].length  # one BC row per step of the new demo
+    assert abs(share(even) - 0.5) < 0.03
+    assert share(ChunkDataset(eps, hashing, 4, sources=sources, source_weights={"old": 1.0, "new": 0.0})) == 0.0
+    plain = ChunkDataset(eps, hashing, 4, sources=sources)
+    assert plain.bc_prob is None and abs(share(plain) - eps[-1].length / plain.n_bc) < 0.03
+    assert share(plain) < 0.2
+
+
+def test_bad_source_weights_are_named(hashing) -> None:
+    eps = expert_episodes(make_specs(2, seed=8))
+    with pytest.raises(DatasetError, match="no weight for source 'b'"):
+        ChunkDataset(eps, hashing, 4, sources=["a", "b"], source_weights={"a": 1.0})
+    with pytest.raises(DatasetError, match=r"source_weights\['a'\] = -1.0"):
+        ChunkDataset(eps, hashing, 4, sources=["a", "a"], source_weights={"a": -1.0})
+    with pytest.raises(DatasetError, match="weight 0 to every source"):
+        ChunkDataset(eps, hashing, 4, sources=["a", "a"], source_weights={"a": 0.0})
+    with pytest.raises(DatasetError, match="sources has 1 entries"):
+        ChunkDataset(eps, hashing, 4, sources=["a"], source_weights={"a": 1.0})
+    with pytest.raises(DatasetError, match="without sources"):
+        ChunkDataset(eps, hashing, 4, source_weights={"a": 1.0})

@@ -16,6 +16,7 @@ class EngineConfig(Section):
     exploration_floor: float = Field(0.1, ge=0, le=1)  # minimum budget share per active failure mode
     explore_share: float = Field(0.25, ge=0, le=1)  # budget share for new random variations (coda strategies)
     max_diagnoses: int = Field(8, ge=0)  # failed probe episodes diagnosed and verified per round
+    measure_every_round: bool = True  # roll out every evaluation split after each round (False: after the last only)
     mode_probes: int = Field(4, ge=1)  # held-apart probe scenes per failure-mode program for learning progress
     seed: int = 0  # master seed of the run
     mode_merge_threshold: float = Field(0.8, ge=-1, le=1)  # explanation cosine that merges groups of one failure mode under different keys
@@ -25,4 +26,4 @@ class EngineConfig(Section):
     max_level: int = Field(3, ge=0, le=6)  # widest variation level of a generation program
     expert_weight: float = Field(1.0, ge=0)  # data weight of expert demos in generated scenes
     corrective_weight: float = Field(1.0, ge=0)  # data weight of corrective demos from failure states
-    replay_weight: float = Field(0.5, ge=0)  # data weight of the SFT demos replayed against forgetting
+    replay_weight: float = Field(1.0, ge=0)  # data weight of the SFT demos replayed against forgetting

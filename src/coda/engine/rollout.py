@@ -158,6 +158,8 @@ def evaluate_checkpoint(
     """
     jobs = [(s, keyframes, sim_cfg.render_size, record_states) for s in specs]
     out: list[Rollout | None] = [None] * len(jobs)
+    if not jobs:
+        return []
     if workers <= 1 or len(jobs) <= 1:
         _init_worker(str(checkpoint), sim_cfg.model_dump(), overrides)
         try:

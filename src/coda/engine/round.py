@@ -319,8 +319,13 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     round's `corrective_r<R>` program lists further episodes to relabel from the start. Scenes without an
     accepted mode potential carry the canonical stage plan's Φ. The policy is fine-tuned from the previous
     checkpoint on every demo collected so far (SFT included, so earlier skills are rehearsed); the chunk critic
-    learns from targets shaped with weight `shaping_weight` (0 = the sparse task reward alone). The programs'
-    data weights are recorded with the round's training record; batches sample the demos uniformly.
+    learns from targets shaped with weight `shaping_weight` (0 = the sparse task reward alone).
+
+    Expert labels are budgeted: corrective episodes and expert demos together are at most
+    `engine.demo_budget` per round, corrective ones first, so a strategy with corrective data labels no more
+    than one without. Behaviour-cloning batches draw from three sources with the engine's data weights:
+    `replay` (the SFT demos of round 0), `expert` (demos in generated scenes, every round so far) and
+    `corrective` (relabelled failures, every round so far).
     """
     from coda.memory import Checkpoint, TrainingProgram
     from coda.memory.artifacts import sha256_file
@@ -340,6 +345,9 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     by_id = {p.episode_id: p for p in probes}
     corrective = [(by_id[int(c["episode_id"])], int(c["start_step"]), b) for b in mode_tp.values() for c in b["corrective"]]
     corrective += [(by_id[i], 0, None) for i in programs.get(f"corrective_r{r}", {}).get("episodes", [])]
+    labels = ctx.cfg.engine.demo_budget
+    corrective = corrective[:labels]
+    n_expert = min(len(generated.scenes), labels - len(corrective))
     accepted = _accepted_potentials(ctx, r)
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -347,7 +355,7 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     n_demo = 0
     try:
         with DemoWriter(tmp) as writer:
-            for spec, key in zip(generated.scenes, generated.program_keys):
+            for spec, key in list(zip(generated.scenes, generated.program_keys))[:n_expert]:
                 ep = run_expert_episode(env, spec, expert_for(spec, ctx.cfg.sim.expert_chunk))
                 if ep.success:
                     writer.add(_with_potential(ep, spec, env, _potential(spec, mode_tp.get(key), accepted)))
@@ -367,7 +375,14 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     pcfg = ctx.cfg.policy
     overrides = {"train_critic": True, "improvement": pcfg.improvement} if pcfg.improvement == "awr" else None
     policy = load_policy(prev_checkpoint, overrides=overrides)
-    data = load_chunk_dataset([*demo_dirs, final], policy.cfg, policy.text, shaping_weight=shaping_weight)
+    ecfg = ctx.cfg.engine
+    weights = {"replay": ecfg.replay_weight, "expert": ecfg.expert_weight, "corrective": ecfg.corrective_weight}
+
+    def source_of(i: int, ep: Any) -> str:
+        return "corrective" if ep.corrective else ("replay" if i == 0 else "expert")
+
+    data = load_chunk_dataset([*demo_dirs, final], policy.cfg, policy.text, shaping_weight=shaping_weight,
+                              source_of=source_of, source_weights=weights)
     result = train_policy(policy, data, steps=pcfg.finetune_steps, checkpoint=ckpt, progress=True,
                           metrics_path=ctx.path("metrics", f"train_round_{r:03d}.jsonl"))
     digest, _ = sha256_file(ckpt)
@@ -376,6 +391,7 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
             "kind": "round_training", "demos": ctx.rel(final), "expert_demos": n_demo, "corrective": len(corrective),
             "mode_programs": sorted(f"train:{k}" for k in mode_tp), "shaping_weight": shaping_weight,
             "steps": pcfg.finetune_steps, "datasets": [ctx.rel(d) for d in demo_dirs] + [ctx.rel(final)],
+            "source_weights": weights, "bc_samples": {k: data.bc_source.count(k) for k in weights},
             "weights": {k: b["weights"] for k, b in sorted(mode_tp.items())}}))
         tx.add(Checkpoint(path=ctx.rel(ckpt), sha256=digest,
                           metrics={"final_loss": float(result.metrics.get("loss", float("nan"))),

@@ -5,8 +5,8 @@
 | `coda`        | explore + re-diagnosis    | yes             | compiled programs per verified failure mode, by LP      | Φ       |
 | `coda-sparse` | explore + re-diagnosis    | yes             | the same                                                | none    |
 | `replay`      | explore                   | no              | random mutations around failed probe scenes             | none    |
-| `accel`       | explore                   | no              | mutations of the highest-scoring scenes in a PLR buffer | none    |
-| `plr`         | explore                   | no              | replay of buffer scenes by score and staleness          | none    |
+| `accel`       | explore + last mutations  | no              | mutations of the highest-scoring scenes in a PLR buffer | none    |
+| `plr`         | explore + last replays    | no              | replay of buffer scenes by score and staleness          | none    |
 | `dr`          | explore                   | no              | uniform domain randomisation over all operators         | none    |
 | `sft`         | –                         | –               | no rounds                                               | –       |
 
@@ -20,7 +20,9 @@ scenes. Each round also stores a `fill` source (domain randomisation): the gener
 another source runs dry, so every strategy produces exactly its budget of valid scenes.
 
 Level scores of the UED baselines (`plr`, `accel`) come from the probe episodes: `failure` of the policy's
-outcome (`coda.engine.ued.Score`). An episode the simulator cut short has no score (NaN); non-finite scores
+outcome (`coda.engine.ued.Score`). Their probes start with the scenes they curated last round (PLR's replays,
+ACCEL's mutations; `rescore_probes`), so a replayed level's score is refreshed by the policy that trained on it
+and a mutated level is scored before it can be chosen as a parent. An episode the simulator cut short has no score (NaN); non-finite scores
 are dropped before they reach the level buffer, and the body of each PLR/ACCEL program stores the buffer it
 sampled from (scene ids and scores), so replayed scenes can be checked against it.
 """
@@ -104,6 +106,7 @@ class Strategy:
     uses_critic: bool  # diagnose + verify failed probes
     shaped: bool  # chunk critic learns from potential-shaped targets
     plan: Planner | None  # None: the strategy runs no rounds (sft)
+    rescore: tuple[str, ...] = ()  # sources whose scenes of the last round are probed again (re-scored) first
 
     @property
     def runs_rounds(self) -> bool:
@@ -198,6 +201,20 @@ def explore_probes(ctx: RunContext, r: int, n: int) -> list[ScenarioSpec]:
     return out
 
 
+def rescore_probes(ctx: RunContext, r: int, sources: Sequence[str], n: int) -> list[ScenarioSpec]:
+    """Up to `n` of the scenes round r − 1 generated from `sources` (the levels a UED strategy curated:
+    PLR's replays, ACCEL's mutations), in generation order, so the policy plays them again and their level
+    scores are refreshed (PLR) or measured for the first time (ACCEL's children) before the next draw."""
+    if r <= 1 or not sources or n <= 0:
+        return []
+    manifest = next((t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=r - 1)
+                     if t.key == f"expert_demos_r{r - 1}"), None)
+    if manifest is None:
+        return []
+    ids = [s["scenario_id"] for s in manifest["scenes"] if s["program"] in sources][:n]
+    return [ScenarioSpec.from_dict(ctx.memory.get("scenario", i).spec) for i in ids]
+
+
 # ---- the round -----------------------------------------------------------------------------------------
 
 def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
@@ -213,7 +230,10 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
 
     cfg = ctx.cfg
     n_probe = cfg.engine.probe_scenes
-    again = rediagnosis_probes(ctx, r, max(1, n_probe // 2)) if strategy.uses_critic else []
+    if strategy.uses_critic:
+        again = rediagnosis_probes(ctx, r, max(1, n_probe // 2))
+    else:
+        again = rescore_probes(ctx, r, strategy.rescore, n_probe // 2)
     probes = phase_evaluate(ctx, r, checkpoint, [*again, *explore_probes(ctx, r, n_probe - len(again))])
     verdicts: dict[int, Any] = {}
     diagnoses: dict[int, Any] = {}
@@ -231,7 +251,8 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
     generated = phase_generate(ctx, r, sources, fill)
     new_ckpt = phase_train_round(ctx, r, checkpoint, generated, probes, demo_dirs,
                                  shaping_weight=cfg.shaping.weight if strategy.shaped else 0.0)
-    table = phase_measure(ctx, r, checkpoint, new_ckpt, splits)
+    measured = splits if cfg.engine.measure_every_round or r == cfg.engine.rounds else {f: {} for f in splits}
+    table = phase_measure(ctx, r, checkpoint, new_ckpt, measured)
     return new_ckpt, ctx.run_dir / "demos" / f"round_{r:03d}", table
 
 
@@ -400,12 +421,12 @@ def _plan_modes(ev: Evidence) -> Plan:
 
 
 for _s in (Strategy("coda", True, True, _plan_modes), Strategy("coda-sparse", True, False, _plan_modes),
-           Strategy("replay", False, False, plan_replay), Strategy("accel", False, False, plan_accel),
-           Strategy("plr", False, False, plan_plr), Strategy("dr", False, False, plan_dr),
+           Strategy("replay", False, False, plan_replay), Strategy("accel", False, False, plan_accel, ("accel",)),
+           Strategy("plr", False, False, plan_plr, ("plr_replay",)), Strategy("dr", False, False, plan_dr),
            Strategy("sft", False, False, None)):
     STRATEGIES.register(_s.name, _s)
 
 
 __all__ = ["Evidence", "FILL_KEY", "Plan", "Planner", "STRATEGIES", "STREAMS", "Strategy", "StrategyError",
            "candidate_stream", "explore_probes", "level_buffer", "level_score", "make_strategy", "phase_compile",
-           "plr_draw", "run_round", "scene_potentials"]
+           "plr_draw", "rescore_probes", "run_round", "scene_potentials"]

@@ -8,11 +8,16 @@ gripper pose at s_t.
 
 Critic samples: at every t < T of every episode (failures included), the executed chunk, its n-step reward
 sum, discount gamma^k, terminal flag, the index of s_{t+k} and the potentials (see `coda.policy.targets`).
+
+Data weights: episodes may be tagged with a *source* (e.g. "replay", "expert", "corrective") and each source
+given a weight; a BC batch then draws from source s with probability w_s / Σ w (over the sources present),
+uniformly within it, so a small set of targeted demonstrations can take a fixed share of every batch however
+much older data there is. Without weights BC samples are drawn uniformly. Critic samples are always uniform.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -63,6 +68,32 @@ class TrainBatch:
     critic: CriticBatch | None = None
 
 
+def _source(sources: Sequence[str] | None, i: int, spec_id: str) -> str:
+    if sources is None:
+        return ""
+    if i >= len(sources):
+        raise DatasetError(f"sources has {len(sources)} entries but episode {i} ('{spec_id}') needs one")
+    return str(sources[i])
+
+
+def _bc_probabilities(bc_src: Sequence[str], weights: Mapping[str, float]) -> Tensor:
+    """Per-BC-sample probabilities: source s gets w_s / Σ w over the sources present, uniform within it."""
+    counts: dict[str, int] = {}
+    for s in bc_src:
+        counts[s] = counts.get(s, 0) + 1
+    for s in counts:
+        if s not in weights:
+            raise DatasetError(f"source_weights has no weight for source '{s}' (weights given: {sorted(weights)})")
+        w = weights[s]
+        if not (np.isfinite(w) and w >= 0):
+            raise DatasetError(f"source_weights['{s}'] = {w!r}; weights must be finite and >= 0")
+    total = sum(weights[s] for s in counts)
+    if total <= 0:
+        raise DatasetError(f"source_weights {dict(weights)} give weight 0 to every source present {sorted(counts)}")
+    prob = [weights[s] / (total * counts[s]) for s in bc_src]
+    return torch.tensor(prob, dtype=torch.float64)
+
+
 def _pad_chunk(actions: np.ndarray, start: int, h: int) -> np.ndarray:
     """actions[start:start+h] (K, A) padded by repeating the last row to (h, A)."""
     chunk = actions[start : start + h]
@@ -80,8 +111,10 @@ class ChunkDataset:
         chunk_len: H.
         gamma: per-step discount for the critic targets.
         shaping_weight: scale w of the potentials.
+        sources: one source name per episode (same order), for `source_weights`.
+        source_weights: sampling weight per source name (see the module docstring); needs `sources`.
     Raises:
-        DatasetError: no BC samples, or episodes with different dims.
+        DatasetError: no BC samples, episodes with different dims, or sources/weights that do not fit.
     """
 
     def __init__(
@@ -91,16 +124,21 @@ class ChunkDataset:
         chunk_len: int,
         gamma: float = 0.99,
         shaping_weight: float = 1.0,
+        sources: Sequence[str] | None = None,
+        source_weights: Mapping[str, float] | None = None,
     ) -> None:
+        if source_weights is not None and sources is None:
+            raise DatasetError("source_weights given without sources: tag each episode with its source")
         self.chunk_len = h = chunk_len
         strings: dict[str, int] = {"": 0}
         proprio, objects, obj_text, instr = [], [], [], []
-        bc_row, bc_chunk = [], []
+        bc_row, bc_chunk, bc_src = [], [], []
         cr_row, cr_next, cr_chunk, cr_r, cr_disc, cr_done, cr_phi, cr_phi_next = ([] for _ in range(8))
         row0 = 0
         dims: tuple[int, int] | None = None
         self.n_episodes = 0
         for ep in episodes:
+            src = _source(sources, self.n_episodes, ep.spec_id)
             self.n_episodes += 1
             t_len = ep.length
             parts = [validate_obs(o, f"episode '{ep.spec_id}' observation {t}") for t, o in enumerate(ep.observations)]
@@ -119,9 +157,11 @@ class ChunkDataset:
                 if label is not None:
                     bc_row.append(row0 + t)
                     bc_chunk.append(_pad_chunk(np.asarray(label, np.float32).reshape(-1, ACTION_DIM), 0, h))
+                    bc_src.append(src)
                 elif ep.success and not ep.corrective:
                     bc_row.append(row0 + t)
                     bc_chunk.append(_pad_chunk(ep.actions, t, h))
+                    bc_src.append(src)
             r_sum, disc, done, nxt = nstep_chunks(ep.rewards, ep.terminated, h, gamma)
             pots = ep.potentials if ep.potentials is not None else np.zeros(t_len + 1, np.float32)
             pots = np.nan_to_num(pots.astype(np.float32), nan=0.0) * shaping_weight
@@ -166,6 +206,10 @@ class ChunkDataset:
         self.cr_phi = torch.tensor(np.asarray(cr_phi, np.float32))
         self.cr_phi_next = torch.tensor(np.asarray(cr_phi_next, np.float32))
         self.dims = ObsDims(proprio=dims[0], object_features=dims[1], text=self.text_table.shape[1], action=ACTION_DIM)
+        if sources is not None and len(sources) != self.n_episodes:
+            raise DatasetError(f"sources has {len(sources)} entries for {self.n_episodes} episodes")
+        self.bc_source = bc_src  # source name per BC sample ("" when untagged)
+        self.bc_prob = None if source_weights is None else _bc_probabilities(bc_src, source_weights)
 
     @property
     def n_bc(self) -> int:
@@ -211,8 +255,14 @@ class ChunkDataset:
             self.cr_phi_next[idx],
         )
 
+    def bc_indices(self, batch_size: int, generator: torch.Generator) -> Tensor:
+        """Indices of a BC batch (with replacement): uniform, or by the source weights."""
+        if self.bc_prob is None:
+            return torch.randint(self.n_bc, (batch_size,), generator=generator)
+        return torch.multinomial(self.bc_prob, batch_size, replacement=True, generator=generator)
+
     def sample(self, batch_size: int, generator: torch.Generator, critic: bool = False) -> TrainBatch:
         """A random batch (with replacement) of BC samples and, if `critic`, of chunk transitions."""
-        bc = self.bc_batch(torch.randint(self.n_bc, (batch_size,), generator=generator))
+        bc = self.bc_batch(self.bc_indices(batch_size, generator))
         cr = self.critic_batch(torch.randint(self.n_critic, (batch_size,), generator=generator)) if critic else None
         return TrainBatch(bc, cr)

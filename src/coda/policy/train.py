@@ -22,6 +22,7 @@ from torch import Tensor
 
 from coda.policy.checkpoint import save_checkpoint
 from coda.policy.config import PolicyConfig
+from coda.policy.data import Episode
 from coda.policy.errors import TrainingError
 from coda.policy.policy import ChunkPolicy
 from coda.policy.samples import ChunkDataset, TrainBatch
@@ -183,14 +184,29 @@ def build_policy(cfg: PolicyConfig, data: ChunkDataset, text: TextEmbedder | Non
 
 
 def load_chunk_dataset(
-    demo_dirs: Iterable[str | Path], cfg: PolicyConfig, text: TextEmbedder | None = None, shaping_weight: float = 1.0
+    demo_dirs: Iterable[str | Path],
+    cfg: PolicyConfig,
+    text: TextEmbedder | None = None,
+    shaping_weight: float = 1.0,
+    *,
+    source_of: Callable[[int, Episode], str] | None = None,
+    source_weights: Mapping[str, float] | None = None,
 ) -> ChunkDataset:
-    """Read one or more demo directories into a ChunkDataset for `cfg` (chunk length, discount)."""
+    """Read one or more demo directories into a ChunkDataset for `cfg` (chunk length, discount).
+
+    Args:
+        source_of: (index of the episode's directory in `demo_dirs`, episode) -> source name, for data weights.
+        source_weights: BC sampling weight per source name (see `coda.policy.samples`).
+    """
     from coda.policy.data import DemoDataset
 
     text = text if text is not None else text_encoder_for(cfg.text_model)
-    episodes = (ep for d in demo_dirs for ep in DemoDataset(d).episodes())
-    return ChunkDataset(episodes, text, cfg.chunk_len, cfg.gamma, shaping_weight)
+    if source_of is None:
+        episodes: Iterable[Episode] = (ep for d in demo_dirs for ep in DemoDataset(d).episodes())
+        return ChunkDataset(episodes, text, cfg.chunk_len, cfg.gamma, shaping_weight, source_weights=source_weights)
+    items = [(i, ep) for i, d in enumerate(demo_dirs) for ep in DemoDataset(d).episodes()]
+    return ChunkDataset((ep for _, ep in items), text, cfg.chunk_len, cfg.gamma, shaping_weight,
+                        sources=[source_of(i, ep) for i, ep in items], source_weights=source_weights)
 
 
 def train_sft(
