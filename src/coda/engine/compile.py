@@ -396,7 +396,7 @@ class DataWeights(BaseModel):
 
     expert: float = Field(default=1.0, ge=0)  # expert demos in the generated scenes
     corrective: float = Field(default=1.0, ge=0)  # corrective demos from the failure states
-    replay: float = Field(default=0.5, ge=0)  # SFT demos, replayed against forgetting
+    replay: float = Field(default=1.0, ge=0)  # SFT demos, replayed against forgetting
 
     @model_validator(mode="after")
     def _some(self) -> DataWeights:
