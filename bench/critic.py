@@ -20,11 +20,12 @@ Ground truth, per failed episode
 factor
     The OOD scene's `provenance.factors`: the single factor its split changed (two tags when a layout was
     swapped). A diagnosis's factor matches when it names the factor the scene operators would vary: same
-    kind (``position:X`` and ``robot_start`` -> position, ``instruction`` and ``task`` -> instruction,
-    ``object:X:attr`` -> object_attribute, ``distractor``, ``physics:p``), the same entity where the edit
-    targets one (position, object_attribute), the same attribute / physical parameter, and the value
-    ``robot_start`` for a moved start pose. Which distractor is named, and the region a position factor
-    gives, are not scored: the counterfactual and generation programs do not depend on them.
+    kind (``position:X`` and ``robot_start`` -> position, ``instruction`` (reworded) -> instruction,
+    ``task`` (another goal in the same layout) -> task, ``object:X:attr`` -> object_attribute,
+    ``distractor``, ``physics:p``), the same entity where the edit targets one (position,
+    object_attribute), the same attribute / physical parameter, and the value ``robot_start`` for a moved
+    start pose. Which distractor is named, the region a position factor gives, and the target a task
+    factor names, are not scored: the counterfactual and generation programs do not depend on them.
 mode
     `reference_mode(facts)`: a decision procedure over the simulator's trace facts (`trace_facts`) that
     follows the target's furthest progress — where it rests at the end, else how the grasped target was
@@ -128,7 +129,7 @@ FAST = Sizes(scenes_per_split=1, base_per_family=6, counterfactual_k=2)
 class TrueFactor:
     """A ground-truth scene factor: what the scene operators varied."""
 
-    kind: str  # SceneFactor kind: position, instruction, object_attribute, distractor, physics
+    kind: str  # SceneFactor kind: position, instruction, task, object_attribute, distractor, physics
     entity: str | None = None  # the entity the edit targets (position, object_attribute)
     key: str | None = None  # attribute (object_attribute), parameter (physics), "robot_start" (position)
 
@@ -152,7 +153,7 @@ def true_factors(tags: Sequence[str]) -> tuple[TrueFactor, ...]:
         elif head == "robot_start":
             out.append(TrueFactor("position", None, "robot_start"))
         elif head in ("instruction", "task"):
-            out.append(TrueFactor("instruction"))
+            out.append(TrueFactor(head))
         elif head == "object" and len(rest) == 2:
             out.append(TrueFactor("object_attribute", rest[0], _attr(rest[1])))
         elif head == "distractor":

@@ -46,9 +46,13 @@ def factor(kind: str, entity: str | None = None, value: str = "x") -> SceneFacto
 def test_true_factors_and_matching(bench: ModuleType) -> None:
     T = bench.TrueFactor
     got = bench.true_factors(("position:obj0", "robot_start", "task", "object:obj1:colour", "physics:mass", "bogus"))
-    assert got == (T("position", "obj0"), T("position", None, "robot_start"), T("instruction"),
+    assert got == (T("position", "obj0"), T("position", None, "robot_start"), T("task"),
                    T("object_attribute", "obj1", "color"), T("physics", None, "mass"))
+    assert bench.true_factors(("instruction",)) == (T("instruction"),)
     m = bench.factor_matches
+    assert m(factor("task", "obj1", "blue cylinder -> red bowl"), T("task"))
+    assert not m(factor("instruction", None, "put the cube"), T("task"))
+    assert not m(factor("task", "obj0", "red cube"), T("instruction"))
     assert m(factor("position", "obj0", "far_left"), T("position", "obj0"))
     assert not m(factor("position", "obj1", "far_left"), T("position", "obj0"))
     assert not m(factor("region", "obj0", "far_left"), T("position", "obj0"))

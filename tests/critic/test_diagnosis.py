@@ -11,12 +11,14 @@ import pytest
 from coda.critic.base import CRITICS, EpisodeError, EpisodeRecord, make_critic
 from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import (
+    DIAGNOSIS_SCHEMA_VERSION,
     FAILURE_MODES,
     Diagnosis,
     DiagnosisError,
     DiagnosisRejected,
     diagnosis_json_schema,
     parse_diagnosis,
+    prompt_taxonomy,
     record_from_json,
 )
 from coda.errors import RegistryError, SchemaVersionError
@@ -117,3 +119,17 @@ def test_registry_names_unknown_critics() -> None:
     assert {"vlm", "noisy"} <= set(CRITICS.names())
     with pytest.raises(RegistryError, match=r"Unknown critic 'oracle'. Available: \["):
         make_critic(CriticConfig(), name="oracle")
+
+
+def test_task_factor_kind_and_version_one_records() -> None:
+    schema = diagnosis_json_schema()
+    kinds = next(n["enum"] for n in walk(schema) if "enum" in n and "position" in n["enum"])
+    assert "task" in kinds and "instruction" in kinds
+    assert "- task: which object or container the instruction asks for" in prompt_taxonomy()
+    task = {"kind": "task", "entity": "obj1", "value": "blue cylinder -> blue bowl", "detail": "another target"}
+    d = parse_diagnosis(json.dumps({**GOOD, "factors": [task]}))
+    assert isinstance(d, Diagnosis) and d.factors[0].kind == "task" and d.schema_version == DIAGNOSIS_SCHEMA_VERSION == 2
+    old = record_from_json(json.dumps({**GOOD, "record": "diagnosis", "schema_version": 1, "critic": "privileged"}))
+    assert isinstance(old, Diagnosis) and old.schema_version == 1 and old.answer().model_dump(mode="json") == GOOD
+    rejected = record_from_json(json.dumps({"record": "rejected", "schema_version": 1, "reason": "x", "raw_text": "{"}))
+    assert isinstance(rejected, DiagnosisRejected) and rejected.schema_version == 1

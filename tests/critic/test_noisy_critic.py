@@ -8,7 +8,7 @@ import pytest
 
 from coda.critic.base import make_critic
 from coda.critic.config import CriticConfig
-from coda.critic.diagnosis import Diagnosis, DiagnosisRejected
+from coda.critic.diagnosis import FACTOR_KINDS, Diagnosis, DiagnosisRejected
 from coda.critic.noisy import NoisyCritic
 from coda.errors import CodaError
 
@@ -83,3 +83,12 @@ def test_bad_arguments(vlm) -> None:
         NoisyCritic(vlm, rate=1.5)
     with pytest.raises(CodaError, match=r"kinds = \['colour'\]"):
         NoisyCritic(vlm, rate=0.5, kinds=("colour",))  # type: ignore[arg-type]
+
+
+def test_factor_corruptions_draw_every_other_kind(vlm, make_episode) -> None:
+    noisy = NoisyCritic(vlm, rate=1.0, seed=5, kinds=("factor",))
+    out = run(noisy, make_episode, [f"f{i}" for i in range(60)])
+    kinds = {d.factors[0].kind for d in out.values()}
+    assert kinds == set(FACTOR_KINDS) - {"position"}
+    task = next(d.factors[0] for d in out.values() if d.factors[0].kind == "task")
+    assert task.value.endswith({"obj0": "red cube", "obj1": "blue cylinder"}[task.entity or ""])  # the entity's words

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from coda.critic.base import CriticUnavailable, EpisodeRecord, FallbackCritic, make_critic
 from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import Diagnosis, DiagnosisRejected
-from coda.critic.privileged import PrivilegedCritic
+from coda.critic.privileged import PrivilegedCritic, provenance_factor
 from coda.critic.trace import summarize
 from coda.critic.vlm import VLMCritic
+from coda.scene.operators import derive
+from coda.shaping.resolve import entity_words
 from coda.shaping.text2potential import canonical_plan, parse_plan
 
 CASES = [
@@ -95,3 +98,21 @@ def test_needs_the_state_trace_and_can_back_up_the_vlm_critic(episodes) -> None:
 def test_summary_in_words(episodes) -> None:
     text = summarize(PrivilegedCritic().facts(episodes["premature_release"]))
     assert "target released at step" in text and "lifted: obj" in text and "goal not reached" in text
+
+
+def test_a_changed_task_is_a_task_factor(sim, episodes) -> None:
+    """The policy does the old task in a scene whose instruction now asks for another object."""
+    base = episodes.pick
+    changed = derive(np.random.default_rng(0), base, [("change_task", {"change": "target"})])
+    new_target = changed.goal[0].args[0]
+    assert new_target != base.goal[0].args[0] and "task" in changed.provenance.factors
+    ep = sim.episode(changed, sim.expert(base), 120, episode_id="task")
+    d = PrivilegedCritic().diagnose(ep)
+    assert isinstance(d, Diagnosis) and d.failure_mode == "wrong_object", d.explanation
+    task = [f for f in d.factors if f.kind == "task"]
+    assert task and task[0].entity == new_target and task[0].detail == "the task asked in this layout"
+    assert task[0].value.startswith(entity_words(changed.entity(new_target)))
+    assert not [f for f in d.factors if f.kind == "instruction"]
+    # a reworded instruction stays an instruction factor
+    worded = provenance_factor(changed, "instruction")
+    assert worded is not None and (worded.kind, worded.entity, worded.value) == ("instruction", None, changed.instruction)

@@ -194,6 +194,7 @@ def test_factor_ops_cover_every_kind(episodes) -> None:
         (SceneFactor(kind="region", entity=g, value="center", detail=""), "place_in_region", {"object": "goal", "region": "center"}),
         (SceneFactor(kind="position", entity=None, value="robot_start", detail=""), "move_robot_start", {}),
         (SceneFactor(kind="instruction", entity=None, value="crimson", detail=""), "paraphrase", {"tier": "train", "p_synonym": 1.0}),
+        (SceneFactor(kind="task", entity=t, value="red cube -> blue bowl", detail=""), "change_task", {"change": "any"}),
         (SceneFactor(kind="object_attribute", entity=t, value="size=small", detail=""), "resize", {"object": "target", "scale": (0.7, 0.9)}),
         (SceneFactor(kind="object_attribute", entity=t, value="shape=cylinder", detail=""), "reshape", {"object": "target", "shapes": ["cylinder"]}),
         (SceneFactor(kind="physics", entity=None, value="mass_scale=3", detail=""), "scale_physics", {"mass": (2.7, 3.3000000000000003)}),
@@ -206,3 +207,32 @@ def test_factor_ops_cover_every_kind(episodes) -> None:
         derive(rng, spec, [(call["op"], call["args"])])  # the operators accept them
     with pytest.raises(VerifyError, match="attribute must be color, size or shape"):
         factor_ops(SceneFactor(kind="object_attribute", entity=t, value="smell=sweet", detail=""), spec)
+
+
+def test_a_task_factor_asks_for_another_goal(episodes) -> None:
+    spec = episodes.pick
+    f = SceneFactor(kind="task", entity=spec.goal[0].args[0], value="red cube -> blue bowl", detail="")
+    for seed in range(4):
+        out = derive(np.random.default_rng(seed), spec, [(o["op"], o["args"]) for o in factor_ops(f, spec)])
+        assert out.goal[0] != spec.goal[0] and out.instruction != spec.instruction
+        assert [(o.name, o.pos) for o in out.objects] == [(o.name, o.pos) for o in spec.objects]  # same layout
+        assert "task" in out.provenance.factors
+
+
+def test_a_task_failure_is_verified_by_a_task_change_not_by_rewording(sim, episodes, replay) -> None:
+    """The memorising policy ignores the instruction: asking for another object reproduces its failure."""
+    success, bases = replay
+    changed = derive(np.random.default_rng(0), episodes.pick, [("change_task", {"change": "target"})])
+    ep = sim.episode(changed, lambda s, t, a=rollout_expert(sim.env, episodes.pick, 120).actions: a[min(t, len(a) - 1)],
+                     120, episode_id="task")
+    assert not ep.success
+    d = PrivilegedCritic().diagnose(ep)
+    assert [f.kind for f in d.factors] == ["task"]
+    v = Verifier(CriticConfig(counterfactual_k=3), require=("counterfactual",)).check(
+        d, ep, policy_success=success, base_scenes=bases)
+    assert v.accepted and v.verified_factors == d.factors, v.reasons
+    assert v.trials[0].ops == ({"op": "change_task", "args": {"change": "any"}},) and v.trials[0].factor_failure_rate == 1.0
+    reworded = swap(d, factors=(SceneFactor(kind="instruction", entity=None, value=changed.instruction, detail=""),))
+    v2 = Verifier(CriticConfig(counterfactual_k=3), require=("counterfactual",)).check(
+        reworded, ep, policy_success=success, base_scenes=bases)
+    assert not v2.accepted and v2.trials[0].factor_failure_rate == 0.0

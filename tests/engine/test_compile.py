@@ -22,6 +22,7 @@ from coda.engine.compile import (
 )
 from coda.engine.modes import Mode, ModeError
 from coda.scene.programs import GenerationProgram, load_program, run_program
+from coda.scene.language import canonical_instruction
 from coda.scene.regions import REGIONS, grid_region_of
 from coda.scene.spec import ObjectSpec, ScenarioSpec
 from coda.scene.splits import make_split
@@ -86,6 +87,24 @@ def test_instruction_mode_rewords_and_changes_tasks_when_wider() -> None:
     assert all("instruction" in s.provenance.factors for s in wide)  # the wording edit still comes last
 
 
+def test_task_mode_asks_for_other_goals_in_the_same_layouts() -> None:
+    mp = compile_generation_program("wrong_object|task", (), "pick_place", 4, 8, 0)
+    assert [(o.op, o.args) for o in mp.program.ops] == [("change_task", {"change": "any"})]
+    scenes = run_program(mp.program)
+    base = run_program(mp.program.model_copy(update={"ops": ()}))  # the same draws without the factor
+    for s, b in zip(scenes, base, strict=True):
+        assert [o.pos for o in s.objects] == [o.pos for o in b.objects] and s.goal[0] != b.goal[0]
+        assert s.instruction == canonical_instruction(s) != b.instruction
+        assert s.provenance.factors == ("task",)
+    assert len({entity_words(s.entity(s.goal[0].args[0])) for s in scenes}) > 1  # varying targets
+    wide = run_program(compile_generation_program("wrong_object|task", (), "pick_place", 4, 12, 2).program)
+    assert all(s.provenance.factors[0] == "task" for s in wide)
+    reworded = [s for s in wide if "instruction" in s.provenance.factors]
+    assert reworded and all(s.provenance.factors[-1] == "instruction" for s in reworded)  # rewording comes last
+    both = run_program(compile_generation_program("wrong_object|instruction+task", (), "stack", 1, 6, 3).program)
+    assert all({"task", "instruction"} <= set(s.provenance.factors) for s in both)
+
+
 @pytest.mark.parametrize(
     ("family", "keys"),
     [
@@ -93,9 +112,10 @@ def test_instruction_mode_rewords_and_changes_tasks_when_wider() -> None:
                         "missed_grasp|object:shape=cylinder", "wrong_object|distractor", "detour|position:robot_start",
                         "slip_during_transport|physics:mass=high", "wrong_target|position@alt:near_left"]),
         ("stack", ["wrong_target|object@goal:color=orange", "wrong_object|distractor+instruction"]),
-        ("push", ["no_progress|position:near", "wrong_target|position@goal:left", "detour|physics:friction=high"]),
+        ("push", ["no_progress|position:near", "wrong_target|position@goal:left", "detour|physics:friction=high",
+                  "wrong_object|distractor+task"]),
         ("drawer", ["drawer_not_operated|position:far_left", "drawer_not_operated|physics:damping",
-                    "drawer_not_operated|instruction+object:color=black"]),
+                    "drawer_not_operated|instruction+object:color=black", "drawer_not_operated|task"]),
     ],
 )
 def test_every_family_compiles_and_runs_at_every_level(family: str, keys: list[str]) -> None:

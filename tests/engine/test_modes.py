@@ -131,6 +131,9 @@ def test_factor_tokens_use_roles_and_carry_over(scenes: list[ScenarioSpec]) -> N
     assert factor_token(_factor("physics", "friction_scale=0.40")) == "physics:friction=low"
     assert factor_token(_factor("physics", "mass_scale=3")) == "physics:mass=high"
     assert factor_token(_factor("distractor", "small red cube", alt), s) == "distractor"
+    assert factor_token(_factor("task", "blue cylinder -> blue bowl", alt), s) == "task"
+    assert factor_token(_factor("instruction", "the crimson block"), s) == "instruction"
+    assert parse_mode_key("wrong_object|instruction+task") == ("wrong_object", ("instruction", "task"))
     assert mode_key("slip_during_transport", ["physics:friction=low", "object:size=small", "physics:friction=low"]) == \
         "slip_during_transport|object:size=small+physics:friction=low"
     assert mode_key("no_progress", []) == "no_progress"
@@ -146,6 +149,7 @@ def test_factor_tokens_use_roles_and_carry_over(scenes: list[ScenarioSpec]) -> N
         ("missed_grasp|", "followed by factor tokens"),
         ("missed_grasp|physics:gravity=low", "physics value"),
         ("missed_grasp|instruction@goal", "role 'goal'"),
+        ("wrong_object|task:red_cube", "'task' takes no value"),
     ],
 )
 def test_bad_mode_keys_name_the_field(key: str, words: str) -> None:
@@ -178,3 +182,13 @@ def test_bad_cluster_inputs_fail_naming_the_field(scenes: list[ScenarioSpec]) ->
 def test_empty_input_gives_an_empty_assignment() -> None:
     a = cluster([], [], [Mode.from_key("no_progress")], HashingTextEncoder())
     assert a == ModeAssignment(mode_of=(), raw_keys=())
+
+
+def test_task_factors_key_their_own_mode(scenes: list[ScenarioSpec]) -> None:
+    s = scenes[0]
+    other = next(o.name for o in s.objects if o.name != s.goal[0].args[0])
+    d1, v1 = _pair(0, "wrong_object", [_factor("task", "blue cylinder -> blue bowl", other)], WRONG)
+    d2, v2 = _pair(1, "wrong_object", [_factor("instruction", "the crimson block")], "The policy misread the wording.")
+    a = cluster([d1, d2], [v1, v2], [], HashingTextEncoder(), scenes={"ep0": s, "ep1": scenes[1]}, threshold=0.99)
+    assert a.raw_keys == ("wrong_object|task", "wrong_object|instruction")
+    assert a.mode_of == a.raw_keys and set(a.new) == {"wrong_object|task", "wrong_object|instruction"}

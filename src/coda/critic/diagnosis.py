@@ -19,7 +19,7 @@ from coda.errors import CodaError, SchemaVersionError
 from coda.scene.spec import ScenarioSpec, format_validation_error
 from coda.shaping.program import STAGE_KINDS, entity_kinds
 
-DIAGNOSIS_SCHEMA_VERSION = 1
+DIAGNOSIS_SCHEMA_VERSION = 2  # 2: factor kind "task"; version-1 records still load
 
 #: Failure modes and what each means (the descriptions go into critic prompts).
 FAILURE_MODES: dict[str, str] = {
@@ -56,11 +56,12 @@ FACTOR_KINDS: dict[str, str] = {
     "position": "where an object sits; value = a region name (e.g. far_left) or 'x,y' in metres",
     "region": "which table region the task happens in; value = a region name",
     "instruction": "the wording of the instruction; value = the phrase that misled the policy",
+    "task": "which object or container the instruction asks for in this layout; value = the requested target in words",
     "object_attribute": "an object's look; value = attribute=word, e.g. color=crimson, shape=cylinder, size=large",
     "distractor": "another object that drew the policy; entity = the distractor",
     "physics": "a physical parameter; value = name=number, e.g. friction_scale=0.4, mass_scale=3",
 }
-FactorKind = Literal["position", "region", "instruction", "object_attribute", "distractor", "physics"]
+FactorKind = Literal["position", "region", "instruction", "task", "object_attribute", "distractor", "physics"]
 
 STAGE_REACHED = ("none", *STAGE_KINDS)
 StageReached = Literal["none", "reach", "grasp", "lift", "carry", "place", "push", "open", "close"]

@@ -23,6 +23,7 @@ from coda.critic.base import Critic, EpisodeRecord
 from coda.critic.diagnosis import FACTOR_KINDS, FAILURE_MODES, CriticResult, Diagnosis, SceneFactor
 from coda.errors import CodaError
 from coda.scene.spec import PALETTE
+from coda.shaping.resolve import entity_words
 
 CorruptionKind = Literal["mode", "object", "factor"]
 CORRUPTION_KINDS: tuple[CorruptionKind, ...] = ("mode", "object", "factor")
@@ -141,6 +142,8 @@ def _wrong_factor(old: SceneFactor | None, episode: EpisodeRecord, rng: np.rando
         words = episode.instruction.split()
         value = " ".join(words[-2:]) if words else "instruction"
         ent = None
+    elif kind == "task":
+        value = entity_words(spec.entity(ent)) if ent is not None else "another object"
     elif kind == "object_attribute":
         colors = sorted(PALETTE)
         value = f"color={colors[int(rng.integers(len(colors)))]}"

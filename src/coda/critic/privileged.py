@@ -18,8 +18,10 @@ drawer goals: missed_grasp (jaws closed at the handle, drawer never held or move
 
 Implicated scene factors come first from the scene's provenance (the factors its generation program
 varied), keeping those relevant to the failure mode; without provenance, from the mode itself (the
-target's position for a missed grasp, the grasped object for a wrong object, ...). The stage plan is the
-scene's canonical plan; the stage reached is the furthest canonical stage whose predicate held.
+target's position for a missed grasp, the grasped object for a wrong object, ...). A `task` tag (the goal
+was changed within the layout, by `change_task`) becomes a `task` factor on the goal's target, apart from
+an `instruction` tag (the same goal, reworded). The stage plan is the scene's canonical plan; the stage
+reached is the furthest canonical stage whose predicate held.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 from coda.critic.base import CriticUnavailable, EpisodeRecord
 from coda.critic.diagnosis import CriticResult, Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.trace import MOVED, TraceFacts, trace_facts
-from coda.scene.language import size_word
+from coda.scene.language import fraction_word, size_word
 from coda.scene.regions import grid_region_of
 from coda.scene.spec import ObjectSpec, RegionSpec, ScenarioSpec
 from coda.shaping.program import entity_kinds
@@ -46,16 +48,16 @@ MIN_GRASP_STEPS = 2  # states an object must be held to count as grasped on purp
 RELEVANT: dict[str, tuple[str, ...]] = {
     "missed_grasp": ("position", "object_attribute", "physics"),
     "slip_during_transport": ("physics", "object_attribute"),
-    "wrong_object": ("instruction", "distractor", "object_attribute"),
-    "wrong_target": ("instruction", "distractor", "position"),
+    "wrong_object": ("instruction", "task", "distractor", "object_attribute"),
+    "wrong_target": ("instruction", "task", "distractor", "position"),
     "knocked_over": ("distractor", "position", "physics"),
     "collision": ("distractor", "position"),
-    "no_progress": ("instruction", "position", "object_attribute", "distractor"),
-    "detour": ("position", "instruction", "distractor"),
+    "no_progress": ("instruction", "task", "position", "object_attribute", "distractor"),
+    "detour": ("position", "instruction", "task", "distractor"),
     "premature_release": ("position", "physics"),
     "imprecise_placement": ("position", "object_attribute"),
-    "drawer_not_operated": ("position", "physics", "instruction"),
-    "other": ("position", "region", "instruction", "object_attribute", "distractor", "physics"),
+    "drawer_not_operated": ("position", "physics", "instruction", "task"),
+    "other": ("position", "region", "instruction", "task", "object_attribute", "distractor", "physics"),
 }
 
 
@@ -82,9 +84,10 @@ def provenance_factor(spec: ScenarioSpec, tag: str) -> SceneFactor | None:
         x, y = _pos(spec, parts[1])
         return SceneFactor(kind="position", entity=parts[1], value=grid_region_of(x, y),
                            detail=f"{entity_words(spec.entity(parts[1]))} sits at x={x:+.2f} y={y:+.2f}")
-    if parts[0] in ("instruction", "task"):
-        return SceneFactor(kind="instruction", entity=None, value=spec.instruction[:200],
-                           detail="the instruction's wording" if parts[0] == "instruction" else "the task asked in this layout")
+    if parts[0] == "instruction":
+        return SceneFactor(kind="instruction", entity=None, value=spec.instruction[:200], detail="the instruction's wording")
+    if parts[0] == "task":
+        return SceneFactor(kind="task", entity=target, value=goal_words(spec)[:200], detail="the task asked in this layout")
     if parts[0] == "object" and len(parts) == 3 and parts[1] in _names(spec):
         e = spec.entity(parts[1])
         attr = parts[2]
@@ -108,6 +111,17 @@ def provenance_factor(spec: ScenarioSpec, tag: str) -> SceneFactor | None:
     if parts[0] == "robot_start":
         return SceneFactor(kind="position", entity=None, value="robot_start", detail="the gripper's start pose")
     return None
+
+
+def goal_words(spec: ScenarioSpec) -> str:
+    """What the goal asks for in words: "red cube -> blue bowl", "brown drawer -> open"."""
+    g = spec.goal[0]
+    words = entity_words(spec.entity(g.args[0]))
+    if len(g.args) > 1:
+        return f"{words} -> {entity_words(spec.entity(g.args[1]))}"
+    if g.value is not None:
+        return f"{words} -> {fraction_word(g.value)}"
+    return words
 
 
 def _names(spec: ScenarioSpec) -> set[str]:

@@ -11,9 +11,10 @@
     moved one; no_progress: the target was hardly advanced; detour: the gripper travelled far;
     drawer_not_operated: a drawer goal is unmet); the entity the mode is about is implicated.
 (b) **counterfactual** — for each implicated factor: K base scenes of the same family that the policy
-    solves, each with only that factor applied by scene operators (`factor_ops`), must fail at a rate at
-    least `margin` above the base scenes' own failure rate (re-measured). Factors that pass are the
-    diagnosis's *verified factors*; the check passes if at least one does.
+    solves, each with only that factor applied by scene operators (`factor_ops`: an `instruction` factor
+    rewords the instruction, a `task` factor asks for another goal in the same layout), must fail at a
+    rate at least `margin` above the base scenes' own failure rate (re-measured). Factors that pass are
+    the diagnosis's *verified factors*; the check passes if at least one does.
 (c) **potential** — the diagnosis's stage plan compiles (Text2potential) on the scene, and along scripted
     expert demonstrations of the same scene Φ rises (Spearman rank correlation with time ≥
     `min_rank_corr`) and peaks, at 1, at success.
@@ -248,6 +249,8 @@ def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[
         return [{"op": "place_in_region", "args": {"object": ref, "region": f.value}}]
     if f.kind == "instruction":
         return [{"op": "paraphrase", "args": {"tier": tier, "p_synonym": 1.0}}]
+    if f.kind == "task":  # same layout, another goal: another target object, destination or drawer fraction
+        return [{"op": "change_task", "args": {"change": "any"}}]
     if f.kind == "distractor":
         return [{"op": "add_distractors", "args": {"n": 1, "kind": "lookalike", "region": "near_target"}}]
     if f.kind == "object_attribute":

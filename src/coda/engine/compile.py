@@ -15,10 +15,13 @@ base parameters) and whose operators apply the mode's factors, turned into opera
 | ``distractor``             | one look-alike next to the target   | more look-alikes; random ones anywhere from level 2 |
 | ``physics:<p>=low|high``   | ±10 % around a typical low/high     | ±20 %, ±30 %, ...                                   |
 | ``instruction``            | full-synonym train-tier paraphrase  | + another task in the same layout, more often       |
+| ``task``                   | another goal in the same layout     | + a train-tier paraphrase of it, more often         |
 
 From level 2 on, a share of the scenes (1/2 at level 2, 2/3 at level 3, ...) also gets one factor of
 another axis (the gripper's start, a random distractor, friction, a paraphrase): combined factors.
-Instruction edits go last, since operators refuse to reword an already paraphrased instruction.
+Instruction edits go last, since operators refuse to reword an already paraphrased instruction; a task
+change rewrites the instruction, so it goes after the other factors and before the combined ones and
+every paraphrase.
 
 The result is a `ModeProgram`: the scene program plus its lineage (mode key, level, parent key), whose
 `body()` is what the memory's GenerationProgram record stores; `child_program(parent, outcome)` evolves it
@@ -213,6 +216,9 @@ def _widen(token: str, ops: list[dict[str, Any]], level: int) -> list[dict[str, 
         para = {"op": "paraphrase", "args": args}
         task = [{"op": "change_task", "args": {"change": "any"}}, para]
         return [{"op": "one_of", "args": {"options": [[para], task], "weights": [2, level]}}]
+    elif name == "change_task":
+        reword = {"op": "paraphrase", "args": {"tier": "train", "p_synonym": 0.7}}
+        return [op, {"op": "one_of", "args": {"options": [[], [reword]], "weights": [2, level]}}]
     op["args"] = args
     return [op, *ops[1:]]
 
@@ -230,7 +236,7 @@ def _extras(tokens: Sequence[str], family: str, level: int) -> list[dict[str, An
     if "physics" not in kinds:
         key = "damping" if family == "drawer" else "friction"
         options.append([{"op": "scale_physics", "args": {key: [0.7, 1.3]}}])
-    if "instruction" not in kinds:
+    if not {"instruction", "task"} & kinds:  # those modes reword already
         options.append([{"op": "paraphrase", "args": {"tier": "train", "p_synonym": 0.5}}])
     if not options:
         return []
@@ -300,6 +306,7 @@ def compile_generation_program(
         raise CompileError(f"mode = {key!r} has no verified factor: there is nothing for a generation program to reproduce")
     ref = next((s for s in examples if s.family == family), None) or reference_scene(family)
     ops: list[dict[str, Any]] = []
+    task: list[dict[str, Any]] = []
     wording: list[dict[str, Any]] = []
     for t in tokens:
         factor, _ = _factor(t, ref, family, f"mode = {key!r}")
@@ -307,8 +314,13 @@ def compile_generation_program(
             base_ops = factor_ops(factor, ref, "train")
         except VerifyError as e:
             raise CompileError(f"mode = {key!r}: factor '{t}' has no operator form: {e}") from None
-        (wording if t == "instruction" else ops).extend(_widen(t, base_ops, level))
-    ops += _extras(tokens, family, level) + wording  # instruction edits last (see the module docstring)
+        widened = _widen(t, base_ops, level)
+        if t == "task":  # change_task rewrites the instruction; its rewording share joins the wording edits
+            task.append(widened[0])
+            wording.extend(widened[1:])
+        else:
+            (wording if t == "instruction" else ops).extend(widened)
+    ops += task + _extras(tokens, family, level) + wording  # instruction edits last (see the module docstring)
     name = program_name(key, family, level, seed)
     try:
         program = GenerationProgram.model_validate(

@@ -19,6 +19,7 @@ role is left out when it is ``target``):
 | position, region         | ``position[@role]:<region>``           | a region name; ``x,y`` maps to its grid cell |
 | position (gripper start) | ``position:robot_start``               | ``robot_start``                             |
 | instruction              | ``instruction``                        | (the phrase varies per scene; not kept)     |
+| task                     | ``task``                               | (the requested target varies per scene)     |
 | object_attribute         | ``object[@role]:<attr>=<word>``        | ``color=red``, ``size=small``, ``shape=...`` |
 | distractor               | ``distractor``                         | (the distractor varies per scene)           |
 | physics                  | ``physics:<name>=low|high``, ``physics:damping`` | ``friction_scale=0.4`` → low (< 1)   |
@@ -53,7 +54,7 @@ from coda.shaping.program import entity_kinds
 
 KEY_MAX = 256  # the memory's key column width
 ROLES = ("target", "goal", "alt", "other")
-TOKEN_KINDS = ("position", "object", "instruction", "distractor", "physics")
+TOKEN_KINDS = ("position", "object", "instruction", "task", "distractor", "physics")
 OBJECT_ATTRS = ("color", "size", "shape")
 PHYSICS_NAMES = ("friction", "mass", "damping")
 _TOKEN = re.compile(r"^(?P<kind>[a-z_]+)(?:@(?P<role>[a-z_]+))?(?::(?P<value>[a-z0-9_.=-]+))?$")
@@ -139,6 +140,8 @@ def factor_token(factor: SceneFactor, spec: ScenarioSpec | None = None, where: s
         return f"position{role()}:{value}"
     if factor.kind == "instruction":
         return "instruction"
+    if factor.kind == "task":
+        return "task"
     if factor.kind == "distractor":
         return "distractor"
     if factor.kind == "object_attribute":
@@ -170,7 +173,7 @@ def _check_token(token: str, where: str) -> None:
         raise ModeError(f"{where} token {token!r}: kind {kind!r} is not one of {list(TOKEN_KINDS)}")
     if role is not None and (role not in ROLES or role == "target" or kind not in ("position", "object")):
         raise ModeError(f"{where} token {token!r}: role {role!r} must be one of {list(ROLES[1:])} on position/object")
-    if kind in ("instruction", "distractor"):
+    if kind in ("instruction", "task", "distractor"):
         if value is not None:
             raise ModeError(f"{where} token {token!r}: '{kind}' takes no value")
         return
