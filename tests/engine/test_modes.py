@@ -14,6 +14,7 @@ from coda.engine.modes import (
     ModeError,
     cluster,
     entity_for_role,
+    factor_kinds,
     factor_token,
     mode_key,
     parse_mode_key,
@@ -87,6 +88,13 @@ def test_paraphrases_merge_and_different_modes_stay_apart(minilm: TextEncoder, s
     merged = a.modes["missed_grasp|position:far"]
     assert merged.episodes == ("ep0", "ep1") and merged.description in (MISSED_A, MISSED_A2)
     assert merged.embedding is not None and len(merged.embedding) == 384
+    # the same words under another factor axis never merge: the axis decides what gets generated
+    assert factor_kinds("missed_grasp|position@goal:far+task") == {"position", "task"}
+    assert factor_kinds("no_progress") == frozenset()
+    task = [_pair(0, "wrong_object", [_factor("instruction", "put the red cube in the tray")], WRONG),
+            _pair(1, "wrong_object", [_factor("distractor", "red cube", scenes[1].objects[-1].name)], WRONG)]
+    split = cluster([d for d, _ in task], [v for _, v in task], [], minilm, scenes=sc, threshold=0.5)
+    assert list(split.mode_of) == ["wrong_object|instruction", "wrong_object|distractor"]
     # a strict threshold keeps the two keys apart: the merge above came from the similarity
     strict = cluster(ds, vs, [], minilm, scenes=sc, threshold=0.99)
     assert strict.mode_of[0] != strict.mode_of[1]

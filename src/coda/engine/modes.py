@@ -30,9 +30,11 @@ Diagnoses without verified factors key on the failure mode alone (``no_progress`
 MiniLM embeddings of its explanations and its description is the explanation closest to that mean. Groups are
 then visited in key order: a group whose key is a known mode joins it; otherwise it joins the known mode, or
 else the mode formed earlier in this call, *of the same failure mode* whose embedding is most similar
-(cosine ≥ `threshold`, ties to the smaller key), and founds a new mode when none is. Keys therefore separate
-failure modes outright, and embeddings only merge near-identical explanations filed under slightly
-different factor tokens. Existing modes keep their key, description and embedding (stable anchors for later
+(cosine ≥ `threshold`, ties to the smaller key) *whose tokens have the same kinds* (`factor_kinds`), and
+founds a new mode when none is. Keys therefore separate failure modes and factor axes outright — a
+`wrong_object|task` group never joins `wrong_object|distractor`, however alike the two explanations read —
+and embeddings only merge near-identical explanations filed under slightly different factor values
+(`position:far` and `position:far_left`). Existing modes keep their key, description and embedding (stable anchors for later
 rounds). The result depends only on the inputs (sorted visits, cached embeddings): same inputs, same modes.
 """
 
@@ -191,6 +193,13 @@ def _check_token(token: str, where: str) -> None:
         name, _, direction = value.partition("=")
         if name not in ("friction", "mass") or direction not in ("low", "high"):
             raise ModeError(f"{where} token {token!r}: physics value must be friction|mass=low|high or damping")
+
+
+def factor_kinds(key: str) -> frozenset[str]:
+    """The factor axes a mode key names, without values or roles: `missed_grasp|position@goal:far+task` →
+    {"position", "task"}."""
+    _, _, tokens = key.partition("|")
+    return frozenset(t.split(":")[0].split("@")[0] for t in tokens.split("+") if t)
 
 
 def parse_mode_key(key: str, where: str = "mode") -> tuple[str, tuple[str, ...]]:
@@ -374,6 +383,8 @@ def cluster(
                 for other in pool:
                     a = anchors.get(other)
                     if other.partition("|")[0] != fm or a is None or a.shape != centre.shape:
+                        continue
+                    if factor_kinds(other) != factor_kinds(k):
                         continue
                     c = float(a @ centre)
                     if c >= threshold and (best is None or c > best[0]):

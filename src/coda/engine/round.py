@@ -323,7 +323,8 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
 
     Expert labels are budgeted: corrective episodes and expert demos together are at most
     `engine.demo_budget` per round, corrective ones first, so a strategy with corrective data labels no more
-    than one without. Behaviour-cloning batches draw from three sources with the engine's data weights:
+    than one without (with `corrective_weight` 0 none are labelled). Behaviour-cloning batches draw from
+    three sources with the engine's data weights:
     `replay` (the SFT demos of round 0), `expert` (demos in generated scenes, every round so far) and
     `corrective` (relabelled failures, every round so far).
     """
@@ -346,7 +347,7 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     corrective = [(by_id[int(c["episode_id"])], int(c["start_step"]), b) for b in mode_tp.values() for c in b["corrective"]]
     corrective += [(by_id[i], 0, None) for i in programs.get(f"corrective_r{r}", {}).get("episodes", [])]
     labels = ctx.cfg.engine.demo_budget
-    corrective = corrective[:labels]
+    corrective = corrective[:labels] if ctx.cfg.engine.corrective_weight > 0 else []
     n_expert = min(len(generated.scenes), labels - len(corrective))
     accepted = _accepted_potentials(ctx, r)
     tmp = final.with_name(final.name + ".partial")

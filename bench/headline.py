@@ -1,0 +1,301 @@
+"""Headline: every strategy × seeds × the four families, R co-evolution rounds at equal budgets.
+
+For each (seed, family) one `sft` run fits the SFT policy (round 0: the family's `sft` training scenes, expert
+demos, behaviour cloning, evaluation on every split). Each closed-loop strategy (`coda`, `coda-sparse`,
+`replay`, `accel`, `plr`, `dr`) then starts from that run's round 0 (`coda run --from-round0`), so all of them
+fine-tune the *same* SFT policy, under the same generation budget, expert-demo budget and training steps.
+Every run is a `coda run` subprocess with its own run directory, memory and report; two run at a time (one per
+core, one rollout process and one torch thread each). A killed benchmark started again with the same
+arguments skips finished runs and resumes unfinished ones.
+
+Success is read from each run's memory: the policy after the last round on the evaluation splits (`sft` in
+distribution; `position`, `instruction`, `task`, `object`, `distractor`, `physics` out of distribution), scenes
+made with the run's seed, never trained on. OOD success pools every OOD episode of a strategy over seeds and
+families; its 95% Wilson interval treats episodes as independent (the per-seed values are reported beside it).
+
+Writes `bench/results/headline.json` (`--fast`: `headline_fast.json`) and a markdown table next to it:
+
+    {"strategies": {name: {"ood_success", "ci95", "id_success", "per_family": {family: {split: rate}},
+                           "ood_per_seed": [...], "n_ood": int}},
+     "sft_to_coda_ratio", "coda_minus_best_closed_loop_pp", "best_closed_loop", "seeds", "rounds",
+     "generation_budget_per_round", "wall_seconds", "meta": {...}}
+
+Usage:
+    python bench/headline.py                  # 3 seeds (about 1.5 hours on 2 cores)
+    python bench/headline.py --fast           # 1 seed, the same sizes (about 35 minutes)
+    python bench/headline.py --strategies coda dr --families pick_place --seeds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from coda.scene.spec import FAMILIES  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+CLOSED_LOOP = ("coda", "coda-sparse", "replay", "accel", "plr", "dr")
+BASELINES = ("replay", "accel", "plr", "dr")  # the closed-loop baselines coda is compared against
+OOD_SPLITS = ("position", "instruction", "task", "object", "distractor", "physics")
+# The sizes the reported numbers are for, on top of the `full` preset; stated here so a preset cannot silently
+# change the benchmark. The policy is the one bench/sft.py reports (≥ 80% in distribution per family).
+SIZES = [
+    "policy.hidden=64", "policy.layers=2", "policy.heads=4", "policy.batch_size=128", "policy.lr=0.001",
+    "policy.train_steps=1000", "policy.finetune_steps=300", "policy.torch_threads=1",
+    "scene.sft_scenes_per_family=100", "bench.eval_scenes_per_split=10",
+    "engine.rounds=2", "engine.generation_budget=16", "engine.demo_budget=16", "engine.probe_scenes=12",
+    "engine.max_diagnoses=4", "engine.mode_probes=4", "critic.counterfactual_k=4",
+    "engine.measure_every_round=false", "runtime.workers=1",
+]
+
+
+@dataclass(frozen=True)
+class Job:
+    seed: int
+    family: str
+    strategy: str  # "sft" = the round-0 run the others start from
+
+    @property
+    def name(self) -> str:
+        return f"s{self.seed}_{self.family}_{self.strategy}"
+
+
+def run_dir(work: Path, job: Job) -> Path:
+    return work / job.name
+
+
+def run_status(path: Path) -> str:
+    """'done', 'partial' (a run directory to resume) or 'new'."""
+    if not (path / "config.yaml").is_file():
+        return "new"
+    from coda.engine.loop import resume_run
+
+    ctx = resume_run(path)
+    try:
+        status = ctx.memory.get_run(ctx.run_id).status
+    finally:
+        ctx.memory.close()
+    return "done" if status == "done" else "partial"
+
+
+def command(job: Job, work: Path, overrides: list[str]) -> list[str]:
+    path = run_dir(work, job)
+    cmd = [sys.executable, "-m", "coda", "run"]
+    status = run_status(path)
+    if status == "partial":
+        return [*cmd, "--resume", str(path)]
+    if path.exists():  # an empty or unreadable directory left by a kill before the config was written
+        import shutil
+
+        shutil.rmtree(path)
+    cmd += ["--preset", "full", "--strategy", job.strategy, "--family", job.family, "--seed", str(job.seed),
+            "--run-dir", str(path)]
+    for o in overrides:
+        cmd += ["--set", o]
+    if job.strategy != "sft":
+        cmd += ["--from-round0", str(run_dir(work, Job(job.seed, job.family, "sft")))]
+    return cmd
+
+
+def execute(job: Job, work: Path, overrides: list[str]) -> tuple[Job, float, int]:
+    """Run one job as a subprocess (skipped when its run is done); its output goes to `<run>.log`."""
+    path = run_dir(work, job)
+    if run_status(path) == "done":
+        return job, 0.0, 0
+    cmd = command(job, work, overrides)
+    t0 = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "COLUMNS": "120"}
+    with open(work / f"{job.name}.log", "a") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    return job, time.perf_counter() - t0, rc
+
+
+def final_outcomes(path: Path) -> dict[str, dict[str, list[bool]]]:
+    """{family: {split: [success, ...]}} of the policy after a run's last round (phase "measure")."""
+    from coda.engine.loop import resume_run
+
+    ctx = resume_run(path)
+    try:
+        eps = [e for e in ctx.memory.list("episode", run_id=ctx.run_id)
+               if e.phase == "measure" and e.policy == "policy" and e.info.get("kind") == "eval"]
+        last = max(e.round for e in eps)
+        out: dict[str, dict[str, list[bool]]] = {}
+        for e in eps:
+            if e.round == last:
+                out.setdefault(e.info["family"], {}).setdefault(e.info["split"], []).append(bool(e.success))
+        return out
+    finally:
+        ctx.memory.close()
+
+
+def summarise(work: Path, jobs: list[Job], strategies: list[str]) -> dict[str, Any]:
+    """The headline numbers from the finished runs' memories."""
+    from coda.policy.stats import wilson_interval
+
+    out: dict[str, Any] = {}
+    for s in strategies:
+        mine = [j for j in jobs if j.strategy == s]
+        ood: list[bool] = []
+        idd: list[bool] = []
+        per_seed: dict[int, list[bool]] = {}
+        per_family: dict[str, dict[str, list[bool]]] = {}
+        for j in mine:
+            res = final_outcomes(run_dir(work, j))
+            for fam, splits in res.items():
+                for split, xs in splits.items():
+                    per_family.setdefault(fam, {}).setdefault(split, []).extend(xs)
+                    if split in OOD_SPLITS:
+                        ood += xs
+                        per_seed.setdefault(j.seed, []).extend(xs)
+                    elif split == "sft":
+                        idd += xs
+        lo, hi = wilson_interval(sum(ood), len(ood))
+        out[s] = {"ood_success": sum(ood) / len(ood), "ci95": [lo, hi], "n_ood": len(ood),
+                  "id_success": sum(idd) / len(idd), "n_id": len(idd),
+                  "ood_per_seed": [sum(v) / len(v) for _, v in sorted(per_seed.items())],
+                  "per_family": {f: {sp: sum(v) / len(v) for sp, v in sorted(d.items())}
+                                 for f, d in sorted(per_family.items())}}
+    return out
+
+
+def markdown(result: dict[str, Any], cmd: str) -> str:
+    st = result["strategies"]
+    lines = [f"Command: `{cmd}`; {result['seeds']} seed(s), {result['rounds']} round(s), "
+             f"{result['generation_budget_per_round']} generated scenes per round, "
+             f"wall {result['wall_seconds'] / 60:.0f} min.", "",
+             "| strategy | OOD success | 95% CI | in-distribution | " + " | ".join(OOD_SPLITS) + " |",
+             "|---|---|---|---|" + "---|" * len(OOD_SPLITS)]
+    for name, r in st.items():
+        fams = r["per_family"]
+        split_means = [sum(fams[f].get(sp, 0.0) for f in fams) / max(1, len(fams)) for sp in OOD_SPLITS]
+        lines.append(f"| {name} | {r['ood_success']:.3f} | [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | "
+                     f"{r['id_success']:.3f} | " + " | ".join(f"{x:.2f}" for x in split_means) + " |")
+    lines += ["", f"- SFT → coda OOD ratio: {result['sft_to_coda_ratio']}",
+              f"- coda − best closed-loop baseline ({result['best_closed_loop']}): "
+              f"{result['coda_minus_best_closed_loop_pp']} points"]
+    return "\n".join(lines) + "\n"
+
+
+def _commit() -> str | None:
+    """The source tree's git commit (with '+dirty' when it has uncommitted changes), if it is a checkout."""
+    src = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fast", action="store_true", help="1 seed instead of 3")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3, --fast 1)")
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    ap.add_argument("--strategies", nargs="+", default=list(CLOSED_LOOP), choices=list(CLOSED_LOOP))
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (one per core)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override for every run")
+    ap.add_argument("--work", type=Path, default=None, help="run directories (default runs/bench_headline[_fast])")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+
+    console = Console()
+    seeds = args.seeds or (1 if args.fast else 3)
+    overrides = SIZES + args.overrides
+    work = (args.work or Path("runs") / ("bench_headline_fast" if args.fast else "bench_headline")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    out = args.out or RESULTS / ("headline_fast.json" if args.fast else "headline.json")
+    strategies = ["sft", *args.strategies]
+    round0 = [Job(s, f, "sft") for s in range(seeds) for f in args.families]
+    later = {(j.seed, j.family): [Job(j.seed, j.family, s) for s in args.strategies] for j in round0}
+    jobs = round0 + [j for js in later.values() for j in js]
+
+    t0 = time.perf_counter()
+    failed: list[str] = []
+    seconds: dict[str, float] = {}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as bar, ThreadPoolExecutor(args.jobs) as pool:
+        task = bar.add_task("headline runs", total=len(jobs))
+        running: set[Future[tuple[Job, float, int]]] = {pool.submit(execute, j, work, overrides) for j in round0}
+        while running:
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                job, secs, rc = fut.result()
+                seconds[job.name] = secs
+                bar.advance(task)
+                if rc != 0:
+                    failed.append(job.name)
+                    console.print(f"[red]{job.name} failed (exit {rc}); see {work / (job.name + '.log')}[/]")
+                    if job.strategy == "sft":
+                        bar.advance(task, len(later[(job.seed, job.family)]))
+                    continue
+                console.print(f"{job.name}: {secs / 60:.1f} min")
+                if job.strategy == "sft":
+                    running |= {pool.submit(execute, j, work, overrides) for j in later[(job.seed, job.family)]}
+    if failed:
+        console.print(f"[red]{len(failed)} run(s) failed: {', '.join(failed)}[/]")
+        raise SystemExit(1)
+    wall = time.perf_counter() - t0
+
+    st = summarise(work, jobs, strategies)
+    best = max(BASELINES, key=lambda s: st[s]["ood_success"]) if all(s in st for s in BASELINES) else None
+    coda = st.get("coda")
+    result = {
+        "strategies": st,
+        "sft_to_coda_ratio": (round(coda["ood_success"] / st["sft"]["ood_success"], 2)
+                              if coda and st["sft"]["ood_success"] > 0 else None),
+        "coda_minus_best_closed_loop_pp": (round(100 * (coda["ood_success"] - st[best]["ood_success"]), 1)
+                                           if coda and best else None),
+        "best_closed_loop": best,
+        "intervals_apart": (coda["ci95"][0] > st[best]["ci95"][1]) if coda and best else None,
+        "seeds": seeds, "rounds": None, "generation_budget_per_round": None, "wall_seconds": wall,
+        "meta": {"families": args.families, "overrides": overrides, "run_seconds": seconds, "jobs": args.jobs,
+                 "commit": _commit(),
+                 "python": platform.python_version(), "cpus": os.cpu_count(), "work": str(work)},
+    }
+    for o in overrides:  # the sizes actually used (the last override of a field wins, as in `coda run`)
+        key, _, val = o.partition("=")
+        if key == "engine.rounds":
+            result["rounds"] = int(val)
+        elif key == "engine.generation_budget":
+            result["generation_budget_per_round"] = int(val)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    cmd = "python bench/headline.py" + (" --fast" if args.fast else "") + "".join(f" {a}" for a in sys.argv[1:] if a != "--fast")
+    md = markdown(result, cmd.replace(" --fast --fast", " --fast"))
+    out.with_suffix(".md").write_text(md)
+
+    table = Table(title="headline: success after the last round")
+    for col in ("strategy", "OOD", "95% CI", "in-dist", "OOD per seed"):
+        table.add_column(col)
+    for name, r in st.items():
+        table.add_row(name, f"{r['ood_success']:.3f}", f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]",
+                      f"{r['id_success']:.3f}", ", ".join(f"{x:.2f}" for x in r["ood_per_seed"]))
+    console.print(table)
+    console.print(f"SFT→coda ratio {result['sft_to_coda_ratio']}; coda − {best}: "
+                  f"{result['coda_minus_best_closed_loop_pp']} points; wall {wall / 60:.1f} min → {out}")
+
+
+if __name__ == "__main__":
+    main()
