@@ -5,6 +5,8 @@ One module-scoped environment is shared (building a LIBERO scene takes seconds o
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -99,3 +101,12 @@ def test_widen_region_errors_name_the_region() -> None:
     text = S.get_task("libero_object", 0).bddl_text()
     with pytest.raises(LiberoError, match="region = 'nowhere'"):
         E.widen_region(text, "nowhere", 0.01)
+
+
+def test_gymnasium_env_checker(env: LiberoEnv) -> None:
+    from gymnasium.utils.env_checker import check_env
+
+    env.reset_to(OBJECT0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unbounded Box spaces are intended (positions, velocities)
+        check_env(env, skip_render_check=True)

@@ -1,0 +1,198 @@
+"""A scripted pick-and-place expert on privileged state, for LIBERO `in` / `on` goals (libero_object,
+libero_spatial and the pick-and-place tasks of other suites).
+
+Waypoints (grip site targets): above the grasp point, down to it, close, lift to the carry height, over
+the place point, down to the release height, open, up. Each control step is a proportional OSC_POSE delta
+towards the current waypoint (positions re-read from the state every step, so a nudged object is followed)
+with the orientation held at "pointing down, fingers closing along world y".
+
+Grasps: bowls by the rim on their +y side (the fingers close across the wall; a centre grasp does not fit
+the jaws), everything else at its centre (tall objects 3 cm below their top). The carry height clears the
+tallest movable object with the held one hanging below the fingers; lower carries knock the basket handle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coda.sim.libero.errors import LiberoError
+from coda.sim.libero.state import LiberoState
+
+POS_SCALE, ROT_SCALE = 0.05, 0.5  # OSC_POSE: metres / radians per unit action
+DOWN_Y = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])  # grip site x = world y, z down
+RIM_BACKOFF = 0.004  # grasp this far inside a bowl's outer radius, m
+TALL_GRASP_BELOW_TOP = 0.03  # grasp tall objects this far below their top, m
+CLEARANCE = 0.05  # the held object's bottom above the tallest movable object while carrying, m
+RELEASE_GAP = 0.015  # the held object's bottom above the receiving surface when released, m
+HOVER = 0.08  # approach height above the grasp point, m
+TOL, GRASP_TOL = 0.012, 0.006  # waypoint reached within these distances, m
+CLOSE_STEPS, OPEN_STEPS = 12, 10
+PHASE_LIMIT = 80  # control steps after which a phase gives up waiting and moves on
+
+
+def _rotvec(r: np.ndarray) -> np.ndarray:
+    """Axis-angle vector of rotation matrix `r`."""
+    cos = np.clip((np.trace(r) - 1.0) / 2.0, -1.0, 1.0)
+    angle = float(np.arccos(cos))
+    if angle < 1e-9:
+        return np.zeros(3)
+    axis = np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]])
+    n = np.linalg.norm(axis)
+    if n < 1e-9:  # angle near pi: take the axis from the diagonal
+        axis = np.sqrt(np.clip((np.diag(r) + 1.0) / 2.0, 0.0, None))
+        n = np.linalg.norm(axis)
+    return axis / n * angle
+
+
+@dataclass(frozen=True)
+class PickPlaceTask:
+    """What to move where, read from a BDDL goal."""
+
+    obj: str  # entity to pick
+    target: str  # entity it goes in or on
+    relation: str  # "in" or "on"
+
+
+def pick_place_task(goal: list[list[str]], regions: dict[str, dict], names: tuple[str, ...]) -> PickPlaceTask:
+    """The pick-and-place of a one-predicate `in` / `on` goal.
+
+    Args:
+        goal: BDDL goal atoms, e.g. [["in", "alphabet_soup_1", "basket_1_contain_region"]].
+        regions: the parsed BDDL regions (region name -> {"target": entity, ...}).
+        names: the scene's entity names.
+    Raises:
+        LiberoError: the goal is not a single `in`/`on` between known entities.
+    """
+    if len(goal) != 1 or len(goal[0]) != 3 or goal[0][0] not in ("in", "on"):
+        raise LiberoError(f"goal = {goal} is not one 'in'/'on' predicate; the pick-and-place expert cannot solve it")
+    relation, obj, where = goal[0]
+    target = regions[where]["target"] if where in regions else where
+    for field_name, name in (("object", obj), ("target", target)):
+        if name not in names:
+            raise LiberoError(f"goal {field_name} = {name!r} is not an entity of the scene; entities: {list(names)}")
+    return PickPlaceTask(obj=obj, target=target, relation=relation)
+
+
+@dataclass
+class PickPlaceExpert:
+    """Closed-loop waypoint expert: `act(state)` returns the next 7-D OSC_POSE delta action."""
+
+    task: PickPlaceTask
+    pos_gain: float = 1.0  # fraction of the remaining distance commanded per step (before clipping)
+    phase: int = 0
+    _in_phase: int = 0
+    _grasp_offset: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    _hang: float = 0.0  # grip site height above the held object's bottom, m
+
+    PHASES = ("above", "down", "close", "lift", "over", "lower", "open", "up", "done")
+
+    def reset(self) -> None:
+        self.phase, self._in_phase = 0, 0
+
+    @property
+    def done(self) -> bool:
+        return self.PHASES[self.phase] == "done"
+
+    def _grasp_point(self, s: LiberoState) -> np.ndarray:
+        i = s.index[self.task.obj]
+        c, h = s.center[i], s.half[i]
+        p = c.copy()
+        category = s.texts[i]
+        if "bowl" in category:
+            p[1] += h[1] - RIM_BACKOFF  # rim on the +y side
+            p[2] = c[2] + h[2] - 0.02
+        elif h[2] > 0.05:
+            p[2] = c[2] + h[2] - TALL_GRASP_BELOW_TOP
+        return p
+
+    def _place_point(self, s: LiberoState) -> np.ndarray:
+        j = s.index[self.task.target]
+        c, h = s.center[j], s.half[j]
+        p = np.array([c[0], c[1], c[2] + h[2] + RELEASE_GAP + self._hang])
+        p[:2] += self._grasp_offset[:2]
+        return p
+
+    def _carry_z(self, s: LiberoState) -> float:
+        movable = ~s.fixture
+        movable[s.index[self.task.obj]] = False
+        tallest = float(np.max(s.center[movable, 2] + s.half[movable, 2])) if movable.any() else float(s.center[:, 2].min())
+        return tallest + CLEARANCE + self._hang
+
+    def _target(self, s: LiberoState) -> tuple[np.ndarray, float, float]:
+        """(waypoint position, gripper command, tolerance) of the current phase."""
+        name = self.PHASES[self.phase]
+        if name in ("above", "down"):
+            g = self._grasp_point(s)
+            i = s.index[self.task.obj]
+            self._grasp_offset = g - s.center[i]
+            self._hang = g[2] - (s.center[i, 2] - s.half[i, 2])
+            if name == "above":
+                return g + np.array([0.0, 0.0, HOVER]), -1.0, TOL
+            return g, -1.0, GRASP_TOL
+        if name == "close":
+            return s.eef_pos.copy(), 1.0, np.inf
+        if name == "lift":
+            return np.array([*s.eef_pos[:2], self._carry_z(s)]), 1.0, TOL
+        if name == "over":
+            p = self._place_point(s)
+            return np.array([p[0], p[1], self._carry_z(s)]), 1.0, TOL
+        if name == "lower":
+            return self._place_point(s), 1.0, TOL
+        if name == "open":
+            return s.eef_pos.copy(), -1.0, np.inf
+        if name == "up":
+            return s.eef_pos + np.array([0.0, 0.0, 0.1]), -1.0, np.inf
+        return s.eef_pos.copy(), -1.0, np.inf
+
+    def act(self, s: LiberoState) -> np.ndarray:
+        """The next action (float32 (7,)) for state `s`; advances the phase when its waypoint is reached."""
+        name = self.PHASES[self.phase]
+        target, grip, tol = self._target(s)
+        self._in_phase += 1
+        waited = {"close": CLOSE_STEPS, "open": OPEN_STEPS, "up": 10}.get(name)
+        if waited is not None:  # timed phases (gripper closing or opening) wait their steps out
+            advance = self._in_phase >= waited
+        else:
+            advance = bool(np.linalg.norm(target - s.eef_pos) < tol) or self._in_phase >= PHASE_LIMIT
+        if name != "done" and advance:
+            self.phase, self._in_phase = self.phase + 1, 0
+        a = np.zeros(7)
+        a[:3] = np.clip(self.pos_gain * (target - s.eef_pos) / POS_SCALE, -1.0, 1.0)
+        a[3:6] = np.clip(_rotvec(DOWN_Y @ s.eef_rot.T) / ROT_SCALE, -1.0, 1.0)
+        a[6] = grip
+        return a.astype(np.float32)
+
+
+def expert_for(env) -> PickPlaceExpert:  # type: ignore[no-untyped-def]
+    """The pick-and-place expert for the current episode of a `LiberoEnv` (privileged BDDL goal)."""
+    regions = env.control_env.env.parsed_problem["regions"]
+    return PickPlaceExpert(pick_place_task(env.goal, regions, env.state().names))
+
+
+@dataclass(frozen=True)
+class ExpertEpisode:
+    """The outcome of one expert rollout."""
+
+    success: bool  # `check_success()` held at the end
+    steps: int  # control steps taken (after settling)
+    seconds: float  # wall time of the rollout, reset included
+    step_ms: float  # mean wall time of one control step (expert and env), ms
+
+
+def rollout_expert(env, scenario, max_steps: int | None = None) -> ExpertEpisode:  # type: ignore[no-untyped-def]
+    """Reset `env` (a `LiberoEnv`) to `scenario` and run the pick-and-place expert until success or the
+    horizon (`max_steps`, default the env's)."""
+    import time
+
+    t0 = time.perf_counter()
+    env.reset_to(scenario)
+    expert = expert_for(env)
+    horizon = max_steps or env.max_steps
+    t1 = time.perf_counter()
+    success = env.state().success
+    while not success and env.steps < horizon:
+        _, _, success, _, _ = env.step(expert.act(env.state()))
+    t2 = time.perf_counter()
+    return ExpertEpisode(bool(success), env.steps, t2 - t0, 1000.0 * (t2 - t1) / max(env.steps, 1))
