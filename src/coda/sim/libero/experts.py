@@ -13,7 +13,7 @@ tallest movable object with the held one hanging below the fingers; lower carrie
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from coda.sim.libero.state import LiberoState
 POS_SCALE, ROT_SCALE = 0.05, 0.5  # OSC_POSE: metres / radians per unit action
 DOWN_Y = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])  # grip site x = world y, z down
 RIM_BACKOFF = 0.004  # grasp this far inside a bowl's outer radius, m
+RIM_DEPTH = 0.02  # grasp this far below a bowl's rim, m
 TALL_GRASP_BELOW_TOP = 0.03  # grasp tall objects this far below their top, m
 CLEARANCE = 0.05  # the held object's bottom above the tallest movable object while carrying, m
 RELEASE_GAP = 0.015  # the held object's bottom above the receiving surface when released, m
@@ -30,6 +31,11 @@ HOVER = 0.08  # approach height above the grasp point, m
 TOL, GRASP_TOL = 0.012, 0.006  # waypoint reached within these distances, m
 CLOSE_STEPS, OPEN_STEPS = 12, 10
 PHASE_LIMIT = 80  # control steps after which a phase gives up waiting and moves on
+POS_I_GAIN = 0.15  # integral gain: the compliant OSC (and a held load) leaves a steady error of ~1 cm
+INTEGRAL_LIMIT = 0.05  # largest accumulated position error, m
+CARRY_SPEED = 0.7  # largest translation action while holding (0.035 m per step): faster carries drop bowls
+SETTLED_SPEED = 0.003  # grip site travel per step under which a reached waypoint counts (m)
+STALL_STEPS, STALL_SPEED, STALL_ERROR = 5, 0.001, 0.025  # a waypoint within 2.5 cm where the arm stopped counts as reached
 
 
 def _rotvec(r: np.ndarray) -> np.ndarray:
@@ -83,13 +89,15 @@ class PickPlaceExpert:
     pos_gain: float = 1.0  # fraction of the remaining distance commanded per step (before clipping)
     phase: int = 0
     _in_phase: int = 0
-    _grasp_offset: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    _integral: np.ndarray | None = None  # accumulated position error of the current phase, m
+    _last: np.ndarray | None = None  # grip site position at the previous call
+    _still: int = 0  # consecutive calls the grip site moved less than STALL_SPEED
     _hang: float = 0.0  # grip site height above the held object's bottom, m
 
     PHASES = ("above", "down", "close", "lift", "over", "lower", "open", "up", "done")
 
     def reset(self) -> None:
-        self.phase, self._in_phase = 0, 0
+        self.phase, self._in_phase, self._integral, self._last, self._still = 0, 0, None, None, 0
 
     @property
     def done(self) -> bool:
@@ -100,19 +108,27 @@ class PickPlaceExpert:
         c, h = s.center[i], s.half[i]
         p = c.copy()
         category = s.texts[i]
-        if "bowl" in category:
-            p[1] += h[1] - RIM_BACKOFF  # rim on the +y side
-            p[2] = c[2] + h[2] - 0.02
+        if "bowl" in category:  # rim point on the +y side, 2 cm below the rim, in the bowl's own frame
+            rot, lo, hi = s.rot[i], s.local_lo[i], s.local_hi[i]
+            axis = rot[:, 2]
+            radius = float(np.mean(hi[:2] - lo[:2])) / 2
+            rim_centre = s.body_pos[i] + rot @ np.array([(lo[0] + hi[0]) / 2, (lo[1] + hi[1]) / 2, hi[2]])
+            side = np.array([0.0, 1.0, 0.0]) - axis[1] * axis
+            side /= max(float(np.linalg.norm(side)), 1e-9)
+            p = rim_centre + (radius - RIM_BACKOFF) * side - RIM_DEPTH * axis
         elif h[2] > 0.05:
             p[2] = c[2] + h[2] - TALL_GRASP_BELOW_TOP
         return p
 
     def _place_point(self, s: LiberoState) -> np.ndarray:
-        j = s.index[self.task.target]
-        c, h = s.center[j], s.half[j]
-        p = np.array([c[0], c[1], c[2] + h[2] + RELEASE_GAP + self._hang])
-        p[:2] += self._grasp_offset[:2]
-        return p
+        """Grip site target that puts the held object's box centre over the target's and its bottom
+        RELEASE_GAP above the target's top (measured on the object as it hangs now: grasps tilt bowls)."""
+        i, j = s.index[self.task.obj], s.index[self.task.target]
+        top = s.center[j, 2] + s.half[j, 2]
+        bottom = s.center[i, 2] - s.half[i, 2]
+        offset = s.eef_pos - s.center[i]
+        return np.array([s.center[j, 0] + offset[0], s.center[j, 1] + offset[1],
+                         s.eef_pos[2] - (bottom - (top + RELEASE_GAP))])
 
     def _carry_z(self, s: LiberoState) -> float:
         movable = ~s.fixture
@@ -126,7 +142,6 @@ class PickPlaceExpert:
         if name in ("above", "down"):
             g = self._grasp_point(s)
             i = s.index[self.task.obj]
-            self._grasp_offset = g - s.center[i]
             self._hang = g[2] - (s.center[i, 2] - s.half[i, 2])
             if name == "above":
                 return g + np.array([0.0, 0.0, HOVER]), -1.0, TOL
@@ -155,11 +170,23 @@ class PickPlaceExpert:
         if waited is not None:  # timed phases (gripper closing or opening) wait their steps out
             advance = self._in_phase >= waited
         else:
-            advance = bool(np.linalg.norm(target - s.eef_pos) < tol) or self._in_phase >= PHASE_LIMIT
+            moved = np.inf if self._last is None else float(np.linalg.norm(s.eef_pos - self._last))
+            self._still = self._still + 1 if moved < STALL_SPEED else 0
+            dist = float(np.linalg.norm(target - s.eef_pos))
+            stalled = self._still >= STALL_STEPS and dist < STALL_ERROR
+            settled = moved < SETTLED_SPEED or name in ("above", "lift")  # release and grasp at rest, not swinging
+            advance = (dist < tol and settled) or stalled or self._in_phase >= PHASE_LIMIT
+        self._last = s.eef_pos.copy()
+        err = target - s.eef_pos
+        integral = err if self._integral is None else self._integral + err
+        norm = float(np.linalg.norm(integral))
+        self._integral = integral if norm <= INTEGRAL_LIMIT else integral * (INTEGRAL_LIMIT / norm)
         if name != "done" and advance:
-            self.phase, self._in_phase = self.phase + 1, 0
+            self.phase, self._in_phase, self._integral, self._still = self.phase + 1, 0, None, 0
         a = np.zeros(7)
-        a[:3] = np.clip(self.pos_gain * (target - s.eef_pos) / POS_SCALE, -1.0, 1.0)
+        speed = CARRY_SPEED if name in ("lift", "over", "lower") else 1.0
+        command = self.pos_gain * err + (POS_I_GAIN * self._integral if self._integral is not None else 0.0)
+        a[:3] = np.clip(command / POS_SCALE, -speed, speed)
         a[3:6] = np.clip(_rotvec(DOWN_Y @ s.eef_rot.T) / ROT_SCALE, -1.0, 1.0)
         a[6] = grip
         return a.astype(np.float32)

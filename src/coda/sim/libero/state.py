@@ -47,6 +47,8 @@ class LiberoState:
     rot: np.ndarray  # (N, 3, 3) root body orientations (columns: the body's axes in the world)
     center: np.ndarray  # (N, 3) centres of the collision bounding boxes (world, m)
     half: np.ndarray  # (N, 3) half extents of the collision bounding boxes (world axes, m)
+    local_lo: np.ndarray  # (N, 3) lower corner of each entity's collision box in its own body frame (m)
+    local_hi: np.ndarray  # (N, 3) upper corner of that box
     eef_pos: np.ndarray  # (3,) grip site position (world, m)
     eef_rot: np.ndarray  # (3, 3) grip site orientation
     eef_vel: np.ndarray  # (3,) grip site linear velocity (m/s)
@@ -137,6 +139,7 @@ class StateReader:
         robot = env.robots[0]
         self._eef_site = int(robot.eef_site_id)
         self._finger_qpos = np.array(robot._ref_gripper_joint_pos_indexes, dtype=np.int64)
+        self._local: tuple[np.ndarray, np.ndarray] | None = None  # body-frame boxes (rigid: computed once)
 
     def _geom_ids(self, names: list[str]) -> np.ndarray:
         return np.array([mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_GEOM, n) for n in names], dtype=np.int64)
@@ -157,7 +160,22 @@ class StateReader:
             if e > s:
                 lo, hi = lo_g[s:e].min(axis=0), hi_g[s:e].max(axis=0)
                 center[i], half[i] = (lo + hi) / 2, (hi - lo) / 2
+        if self._local is None:
+            self._local = self._local_boxes(d, corners)
         return center, half
+
+    def _local_boxes(self, d: mujoco.MjData, corners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each entity's collision box in its own body frame, from the world corners (G, 8, 3)."""
+        n = len(self.names)
+        lo, hi = np.zeros((n, 3)), np.zeros((n, 3))
+        rows = self.geom_row[self._box_geoms]
+        pos = d.xpos[self.body_ids][rows]  # (G, 3) the owning entity's origin
+        rot = d.xmat[self.body_ids].reshape(-1, 3, 3)[rows]  # (G, 3, 3)
+        local = np.einsum("gji,gkj->gki", rot, corners - pos[:, None, :])  # R^T (corner - origin)
+        for i, (s, e) in enumerate(self._box_slices):
+            if e > s:
+                lo[i], hi[i] = local[s:e].min(axis=(0, 1)), local[s:e].max(axis=(0, 1))
+        return lo, hi
 
     def contacts(self, d: mujoco.MjData) -> tuple[frozenset[str], frozenset[str]]:
         """Entities touched by the left and by the right finger."""
@@ -177,6 +195,8 @@ class StateReader:
         """The state of the scene now."""
         d = self._env.sim.data._data
         center, half = self.boxes(d)
+        assert self._local is not None or not len(self._box_geoms)
+        local_lo, local_hi = self._local if self._local is not None else (np.zeros((len(self.names), 3)),) * 2
         left, right = self.contacts(d)
         vel = np.zeros(6)
         mujoco.mj_objectVelocity(self.model, d, mujoco.mjtObj.mjOBJ_SITE, self._eef_site, vel, 0)
@@ -188,6 +208,8 @@ class StateReader:
             rot=d.xmat[self.body_ids].reshape(-1, 3, 3).copy(),
             center=center,
             half=half,
+            local_lo=local_lo,
+            local_hi=local_hi,
             eef_pos=d.site_xpos[self._eef_site].copy(),
             eef_rot=d.site_xmat[self._eef_site].reshape(3, 3).copy(),
             eef_vel=vel[3:].copy(),
