@@ -130,6 +130,9 @@ class LiberoEnv(gym.Env):
     @property
     def scenario(self) -> LiberoScenario:
         """The scenario of the current episode."""
+        return self._need_scenario()
+
+    def _need_scenario(self) -> LiberoScenario:
         if self._scenario is None:
             raise LiberoError("the environment has no scenario yet: call reset(options={'scenario': ...}) or reset_to(...)")
         return self._scenario
@@ -137,13 +140,13 @@ class LiberoEnv(gym.Env):
     @property
     def instruction(self) -> str:
         """The episode's instruction (the BDDL `(:language ...)` field)."""
-        self.scenario
+        self._need_scenario()
         return self._instruction
 
     @property
     def control_env(self) -> Any:
         """The underlying `libero.libero.envs.env_wrapper.ControlEnv` (privileged access)."""
-        self.scenario
+        self._need_scenario()
         return self._ctrl
 
     @property
@@ -236,8 +239,7 @@ class LiberoEnv(gym.Env):
         if scenario.bddl is None:
             path = S.get_task(scenario.suite, scenario.task_id).bddl_path
         else:
-            instruction = S.bddl_language(text)  # fail early, naming the field, on malformed text
-            del instruction
+            S.bddl_language(text)  # fail early, naming the field, on malformed text
             if self._tmpdir is None:
                 self._tmpdir = Path(tempfile.mkdtemp(prefix="coda_libero_"))
             path = self._tmpdir / "scenario.bddl"
@@ -248,8 +250,6 @@ class LiberoEnv(gym.Env):
                 bddl_file_name=str(path), has_offscreen_renderer=False, use_camera_obs=False,
                 hard_reset=False, ignore_done=True, horizon=10**7,
             )
-        except LiberoError:
-            raise
         except Exception as e:  # LIBERO reports bad BDDL with assorted exception types
             raise LiberoError(
                 f"BDDL text of suite '{scenario.suite}' task {scenario.task_id} does not load: {type(e).__name__}: {e}"
@@ -266,7 +266,7 @@ class LiberoEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Apply one OSC_POSE delta action (clipped to [-1, 1]) for one control period."""
-        self.scenario
+        self._need_scenario()
         a = np.asarray(action, dtype=np.float64)
         if a.shape != (ACTION_DIM,):
             raise LiberoError(f"action must have shape (7,) = (dx, dy, dz, dax, day, daz, grip), got shape {a.shape}")
@@ -291,7 +291,7 @@ class LiberoEnv(gym.Env):
 
     def state(self) -> LiberoState:
         """The privileged state now (object poses and boxes, end effector, gripper, contacts, success)."""
-        self.scenario
+        self._need_scenario()
         return self._state if self._state is not None else self._read()
 
     def observation(self) -> dict[str, Any]:
@@ -301,13 +301,13 @@ class LiberoEnv(gym.Env):
     @property
     def goal(self) -> list[list[str]]:
         """The BDDL goal as atomic predicates, e.g. [["in", "alphabet_soup_1", "basket_1_contain_region"]]."""
-        self.scenario
+        self._need_scenario()
         return [list(g) for g in self._goal]
 
     @property
     def objects_of_interest(self) -> list[str]:
         """The BDDL `obj_of_interest` names (the task's target and receptacle; privileged)."""
-        self.scenario
+        self._need_scenario()
         return list(self._interest)
 
     def predicates(self) -> dict[str, bool]:
@@ -346,7 +346,7 @@ class LiberoEnv(gym.Env):
     def render(self, camera: str = "agentview", size: int | None = None) -> np.ndarray:  # type: ignore[override]
         """An RGB keyframe (uint8, size x size x 3) from `camera`: "agentview" ("front") or
         "robot0_eye_in_hand" ("wrist"). Shadows, reflections and skybox are off (much faster on a CPU)."""
-        self.scenario
+        self._need_scenario()
         if camera not in CAMERAS:
             raise LiberoError(f"camera = {camera!r} is not known; available: {sorted(CAMERAS)}")
         px = int(size or self.config.render_size)

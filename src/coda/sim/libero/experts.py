@@ -14,11 +14,16 @@ tallest movable object with the held one hanging below the fingers; lower carrie
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from coda.sim.libero.errors import LiberoError
+from coda.sim.libero.scenario import LiberoScenario
 from coda.sim.libero.state import LiberoState
+
+if TYPE_CHECKING:
+    from coda.sim.libero.env import LiberoEnv
 
 POS_SCALE, ROT_SCALE = 0.05, 0.5  # OSC_POSE: metres / radians per unit action
 DOWN_Y = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])  # grip site x = world y, z down
@@ -93,6 +98,7 @@ class PickPlaceExpert:
     _last: np.ndarray | None = None  # grip site position at the previous call
     _still: int = 0  # consecutive calls the grip site moved less than STALL_SPEED
     _hang: float = 0.0  # grip site height above the held object's bottom, m
+    _pick_bottom: float = -np.inf  # the picked object's bottom before it was lifted (world z, m)
 
     PHASES = ("above", "down", "close", "lift", "over", "lower", "open", "up", "done")
 
@@ -134,7 +140,8 @@ class PickPlaceExpert:
         movable = ~s.fixture
         movable[s.index[self.task.obj]] = False
         tallest = float(np.max(s.center[movable, 2] + s.half[movable, 2])) if movable.any() else float(s.center[:, 2].min())
-        return tallest + CLEARANCE + self._hang
+        # an object picked from a high place (a cabinet top) is carried at least as high as it started
+        return max(tallest, self._pick_bottom) + CLEARANCE + self._hang
 
     def _target(self, s: LiberoState) -> tuple[np.ndarray, float, float]:
         """(waypoint position, gripper command, tolerance) of the current phase."""
@@ -143,6 +150,7 @@ class PickPlaceExpert:
             g = self._grasp_point(s)
             i = s.index[self.task.obj]
             self._hang = g[2] - (s.center[i, 2] - s.half[i, 2])
+            self._pick_bottom = float(s.center[i, 2] - s.half[i, 2])
             if name == "above":
                 return g + np.array([0.0, 0.0, HOVER]), -1.0, TOL
             return g, -1.0, GRASP_TOL
@@ -192,7 +200,7 @@ class PickPlaceExpert:
         return a.astype(np.float32)
 
 
-def expert_for(env) -> PickPlaceExpert:  # type: ignore[no-untyped-def]
+def expert_for(env: "LiberoEnv") -> PickPlaceExpert:
     """The pick-and-place expert for the current episode of a `LiberoEnv` (privileged BDDL goal)."""
     regions = env.control_env.env.parsed_problem["regions"]
     return PickPlaceExpert(pick_place_task(env.goal, regions, env.state().names))
@@ -208,7 +216,7 @@ class ExpertEpisode:
     step_ms: float  # mean wall time of one control step (expert and env), ms
 
 
-def rollout_expert(env, scenario, max_steps: int | None = None) -> ExpertEpisode:  # type: ignore[no-untyped-def]
+def rollout_expert(env: "LiberoEnv", scenario: LiberoScenario, max_steps: int | None = None) -> ExpertEpisode:
     """Reset `env` (a `LiberoEnv`) to `scenario` and run the pick-and-place expert until success or the
     horizon (`max_steps`, default the env's)."""
     import time
