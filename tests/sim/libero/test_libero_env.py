@@ -110,3 +110,11 @@ def test_gymnasium_env_checker(env: LiberoEnv) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unbounded Box spaces are intended (positions, velocities)
         check_env(env, skip_render_check=True)
+
+
+def test_keyframe_on_demand(env: LiberoEnv) -> None:
+    env.reset_to(OBJECT0)
+    img = env.render("front", 64)
+    assert img.shape == (64, 64, 3) and img.dtype == np.uint8 and img.std() > 5
+    with pytest.raises(LiberoError, match="camera = 'top'"):
+        env.render("top", 64)
