@@ -36,3 +36,27 @@ def test_pick_place_task_reads_the_goal() -> None:
         pick_place_task([["open", "wooden_cabinet_1_middle_region"]], regions, names)
     with pytest.raises(LiberoError, match="goal object = 'milk_1'"):
         pick_place_task([["on", "milk_1", "basket_1"]], regions, names)
+
+
+def test_expert_grasps_again_after_losing_the_object() -> None:
+    import numpy as np
+
+    from coda.sim.libero.experts import PickPlaceExpert, PickPlaceTask
+    from coda.sim.libero.state import LiberoState
+
+    names = ("soup_1", "basket_1")
+    s = LiberoState(
+        names=names, texts=("soup", "basket"), fixture=np.zeros(2, bool),
+        body_pos=np.array([[0.0, 0.0, 0.0], [0.2, 0.2, 0.0]]), rot=np.tile(np.eye(3), (2, 1, 1)),
+        center=np.array([[0.0, 0.0, 0.04], [0.2, 0.2, 0.07]]), half=np.array([[0.03, 0.03, 0.04], [0.08, 0.08, 0.07]]),
+        local_lo=np.full((2, 3), -0.03), local_hi=np.full((2, 3), 0.03),
+        eef_pos=np.array([0.0, 0.0, 0.25]), eef_rot=np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]]),
+        eef_vel=np.zeros(3), gripper_qpos=np.array([0.001, -0.001]), grip_cmd=1.0,
+        left_touch=frozenset(), right_touch=frozenset(), success=False, steps=50,
+    )
+    expert = PickPlaceExpert(PickPlaceTask("soup_1", "basket_1", "in"))
+    expert.phase = expert.PHASES.index("over")
+    for _ in range(3):
+        a = expert.act(s)
+    assert expert.PHASES[expert.phase] == "above" and expert.retries == 1
+    assert a[6] == -1.0  # the jaws open for the new grasp

@@ -39,6 +39,7 @@ PHASE_LIMIT = 80  # control steps after which a phase gives up waiting and moves
 POS_I_GAIN = 0.15  # integral gain: the compliant OSC (and a held load) leaves a steady error of ~1 cm
 INTEGRAL_LIMIT = 0.05  # largest accumulated position error, m
 CARRY_SPEED = 0.7  # largest translation action while holding (0.035 m per step): faster carries drop bowls
+LOST_STEPS, MAX_RETRIES = 3, 2  # steps without the object in hand before grasping again; retries allowed
 SETTLED_SPEED = 0.003  # grip site travel per step under which a reached waypoint counts (m)
 STALL_STEPS, STALL_SPEED, STALL_ERROR = 5, 0.001, 0.025  # a waypoint within 2.5 cm where the arm stopped counts as reached
 
@@ -97,6 +98,8 @@ class PickPlaceExpert:
     _integral: np.ndarray | None = None  # accumulated position error of the current phase, m
     _last: np.ndarray | None = None  # grip site position at the previous call
     _still: int = 0  # consecutive calls the grip site moved less than STALL_SPEED
+    _lost: int = 0  # consecutive calls in a carrying phase without the object between the fingers
+    retries: int = 0  # grasps started again after the object was lost
     _hang: float = 0.0  # grip site height above the held object's bottom, m
     _pick_bottom: float = -np.inf  # the picked object's bottom before it was lifted (world z, m)
 
@@ -104,6 +107,7 @@ class PickPlaceExpert:
 
     def reset(self) -> None:
         self.phase, self._in_phase, self._integral, self._last, self._still = 0, 0, None, None, 0
+        self._lost, self.retries = 0, 0
 
     @property
     def done(self) -> bool:
@@ -170,8 +174,15 @@ class PickPlaceExpert:
         return s.eef_pos.copy(), -1.0, np.inf
 
     def act(self, s: LiberoState) -> np.ndarray:
-        """The next action (float32 (7,)) for state `s`; advances the phase when its waypoint is reached."""
+        """The next action (float32 (7,)) for state `s`; advances the phase when its waypoint is reached,
+        and starts the grasp again (at most MAX_RETRIES times) when the carried object was lost."""
         name = self.PHASES[self.phase]
+        if name in ("lift", "over", "lower"):
+            self._lost = 0 if self.task.obj in s.grasped else self._lost + 1
+            if self._lost >= LOST_STEPS and self.retries < MAX_RETRIES:
+                self.retries += 1
+                self.phase, self._in_phase, self._integral, self._still, self._lost = 0, 0, None, 0, 0
+                name = self.PHASES[0]
         target, grip, tol = self._target(s)
         self._in_phase += 1
         waited = {"close": CLOSE_STEPS, "open": OPEN_STEPS, "up": 10}.get(name)
