@@ -6,7 +6,9 @@ demos, behaviour cloning, evaluation on every split). Each closed-loop strategy 
 fine-tune the *same* SFT policy, under the same generation budget, expert-demo budget and training steps.
 Every run is a `coda run` subprocess with its own run directory, memory and report; two run at a time (one per
 core, one rollout process and one torch thread each). A killed benchmark started again with the same
-arguments skips finished runs and resumes unfinished ones.
+arguments skips finished runs and resumes unfinished ones; `wall_seconds` sums the wall time of every
+invocation that finished (`invocations.jsonl` in the work directory), and `meta.run_seconds` gives each run's
+subprocess seconds over its attempts.
 
 Success is read from each run's memory: the policy after the last round on the evaluation splits (`sft` in
 distribution; `position`, `instruction`, `task`, `object`, `distractor`, `physics` out of distribution), scenes
@@ -116,7 +118,8 @@ def command(job: Job, work: Path, overrides: list[str]) -> list[str]:
 
 
 def execute(job: Job, work: Path, overrides: list[str]) -> tuple[Job, float, int]:
-    """Run one job as a subprocess (skipped when its run is done); its output goes to `<run>.log`."""
+    """Run one job as a subprocess (skipped when its run is done); its output goes to `<run>.log` and its
+    seconds, summed over attempts, to `<run>.seconds`."""
     path = run_dir(work, job)
     if run_status(path) == "done":
         return job, 0.0, 0
@@ -127,7 +130,16 @@ def execute(job: Job, work: Path, overrides: list[str]) -> tuple[Job, float, int
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    return job, time.perf_counter() - t0, rc
+    secs = time.perf_counter() - t0
+    done = work / f"{job.name}.seconds"
+    done.write_text(f"{run_seconds(work, job) + secs:.1f}\n")
+    return job, secs, rc
+
+
+def run_seconds(work: Path, job: Job) -> float:
+    """Seconds the job's subprocesses ran, over every attempt recorded (0 when none is)."""
+    f = work / f"{job.name}.seconds"
+    return float(f.read_text()) if f.is_file() else 0.0
 
 
 def final_outcomes(path: Path) -> dict[str, dict[str, list[bool]]]:
@@ -233,7 +245,6 @@ def main() -> None:
 
     t0 = time.perf_counter()
     failed: list[str] = []
-    seconds: dict[str, float] = {}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar, ThreadPoolExecutor(args.jobs) as pool:
         task = bar.add_task("headline runs", total=len(jobs))
@@ -242,7 +253,6 @@ def main() -> None:
             done, running = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
                 job, secs, rc = fut.result()
-                seconds[job.name] = secs
                 bar.advance(task)
                 if rc != 0:
                     failed.append(job.name)
@@ -257,6 +267,9 @@ def main() -> None:
         console.print(f"[red]{len(failed)} run(s) failed: {', '.join(failed)}[/]")
         raise SystemExit(1)
     wall = time.perf_counter() - t0
+    with open(work / "invocations.jsonl", "a") as f:  # a resumed benchmark's wall time is the sum
+        f.write(json.dumps({"argv": sys.argv[1:], "wall_seconds": wall, "commit": _commit()}) + "\n")
+    invocations = [json.loads(line) for line in (work / "invocations.jsonl").read_text().splitlines() if line]
 
     st = summarise(work, jobs, strategies)
     best = max(BASELINES, key=lambda s: st[s]["ood_success"]) if all(s in st for s in BASELINES) else None
@@ -269,8 +282,10 @@ def main() -> None:
                                            if coda and best else None),
         "best_closed_loop": best,
         "intervals_apart": (coda["ci95"][0] > st[best]["ci95"][1]) if coda and best else None,
-        "seeds": seeds, "rounds": None, "generation_budget_per_round": None, "wall_seconds": wall,
-        "meta": {"families": args.families, "overrides": overrides, "run_seconds": seconds, "jobs": args.jobs,
+        "seeds": seeds, "rounds": None, "generation_budget_per_round": None,
+        "wall_seconds": sum(i["wall_seconds"] for i in invocations),
+        "meta": {"families": args.families, "overrides": overrides, "jobs": args.jobs, "invocations": invocations,
+                 "run_seconds": {j.name: run_seconds(work, j) for j in jobs},
                  "commit": _commit(),
                  "python": platform.python_version(), "cpus": os.cpu_count(), "work": str(work)},
     }
