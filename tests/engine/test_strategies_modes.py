@@ -67,7 +67,8 @@ def _accept(d: Diagnosis) -> Verdict:
 def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_training_follow(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(CRITICS._items, "scripted", lambda cfg: ScriptedCritic())
-    cfg = E.config("coda", extra=("critic.name=scripted", "engine.probe_scenes=2", "engine.demo_budget=8"))
+    cfg = E.config("coda", extra=("critic.name=scripted", "engine.probe_scenes=2", "engine.demo_budget=8",
+                                  "engine.corrective_weight=0.25"))
     ctx = start_run(cfg, tmp_path / "modes", from_round0=E.round0())
     from coda.engine.fork import copy_round0
 

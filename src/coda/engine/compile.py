@@ -407,7 +407,7 @@ class DataWeights(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     expert: float = Field(default=1.0, ge=0)  # expert demos in the generated scenes
-    corrective: float = Field(default=0.25, ge=0)  # corrective demos from the failure states
+    corrective: float = Field(default=0.0, ge=0)  # corrective demos from the failure states
     replay: float = Field(default=1.0, ge=0)  # SFT demos, replayed against forgetting
 
     @model_validator(mode="after")

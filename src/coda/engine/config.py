@@ -25,5 +25,5 @@ class EngineConfig(Section):
     min_progress: float = Field(0.05, ge=0, le=1)  # success gain a round needs to count as progress
     max_level: int = Field(3, ge=0, le=6)  # widest variation level of a generation program
     expert_weight: float = Field(1.0, ge=0)  # data weight of expert demos in generated scenes
-    corrective_weight: float = Field(0.25, ge=0)  # data weight of corrective demos from failure states (0: none are labelled)
+    corrective_weight: float = Field(0.0, ge=0)  # data weight of corrective demos from failure states (0: none are labelled)
     replay_weight: float = Field(1.0, ge=0)  # data weight of the SFT demos replayed against forgetting

@@ -363,7 +363,7 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
                     n_demo += 1
             for p, start, body in corrective:
                 ep = corrective_episode(env, p.spec, p.actions, expert_for(p.spec, ctx.cfg.sim.expert_chunk),
-                                        label_every=ctx.cfg.policy.n_action_steps)
+                                        label_every=ctx.cfg.policy.n_action_steps, label_len=ctx.cfg.policy.chunk_len)
                 ep.label_chunks = [c if t >= start else None for t, c in enumerate(ep.label_chunks or [])]
                 writer.add(_with_potential(ep, p.spec, env, _potential(p.spec, body, accepted)))
     finally:

@@ -368,20 +368,55 @@ def run_expert_episode(env: Any, spec: Any, expert: Any, max_steps: int | None =
     )
 
 
-def corrective_episode(env: Any, spec: Any, actions: np.ndarray, expert: Any, label_every: int = 1) -> Episode:
+def corrective_episode(
+    env: Any, spec: Any, actions: np.ndarray, expert: Any, label_every: int = 1, label_len: int | None = None
+) -> Episode:
     """Relabel a (failed) trajectory with expert chunks: replay `actions` from `spec` and, every
-    `label_every` steps, store the expert's chunk `expert.act(state)` at that state.
+    `label_every` steps, store the expert's chunk at that state.
+
+    The label is what the expert *does* from the state, the way demonstrations are recorded: when the env can
+    snapshot and restore its state (`get_state`/`set_state`), the expert is rolled out closed loop for
+    `label_len` steps (re-planning every step, as in `run_expert_episode`) from a snapshot, its executed
+    actions are the label, and the snapshot is restored before the replay goes on. Without snapshots the
+    label is the expert's planned chunk `expert.act(state)`, which is *not* what it would execute (it
+    re-plans every step, and a re-planned target leads the gripper by a roughly constant distance while one
+    plan's targets run ahead of it); mixing the two kinds of target for the same states teaches a
+    policy contradictory chunks.
 
     Replaying works because the env is deterministic: the same spec and actions give the same states.
     The result is flagged `corrective`; its executed actions and rewards are the replayed ones.
+
+    Args:
+        label_len: steps of each label (default: the expert's `horizon`, else 8).
     """
+    length = int(label_len or getattr(expert, "horizon", 8))
+    if length < 1:
+        raise DatasetError(f"label_len = {label_len!r} must be >= 1")
+    branch = hasattr(env, "get_state") and hasattr(env, "set_state")
+
+    def label() -> np.ndarray:
+        if not branch:
+            return np.asarray(expert.act(env.state()), np.float32).reshape(-1, ACTION_DIM)
+        snap = env.get_state()
+        out = []
+        try:
+            for _ in range(length):
+                a = _first_action(expert.act(env.state()))
+                out.append(a)
+                _, _, term, trunc, _ = env.step(a)
+                if term or trunc:
+                    break
+        finally:
+            env.set_state(snap)
+        return np.stack(out).astype(np.float32)
+
     acts = np.asarray(actions, dtype=np.float32).reshape(-1, ACTION_DIM)
     obs, info = env.reset_to(spec)
     observations, rewards, labels = [obs], [], []
     terminated = False
     success = bool(info.get("success", False))
     for t, a in enumerate(acts):
-        labels.append(np.asarray(expert.act(env.state()), np.float32).reshape(-1, ACTION_DIM) if t % label_every == 0 else None)
+        labels.append(label() if t % label_every == 0 else None)
         obs, reward, terminated, truncated, info = env.step(a)
         observations.append(obs)
         rewards.append(float(reward))
