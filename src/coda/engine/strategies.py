@@ -10,6 +10,11 @@
 | `dr`          | explore                   | no              | uniform domain randomisation over all operators         | none    |
 | `sft`         | –                         | –               | no rounds                                               | –       |
 
+Shaping acts on the chunk critic only. With `policy.improvement = "bc"` (the default) the actor never reads
+the critic, so `coda` and `coda-sparse` fine-tune identical policies; the potential changes the policy through
+advantage-weighted regression (`improvement = "awr"`) or value-guided chunk selection
+(`value_guided_samples > 0`).
+
 A strategy is data plus one callable, its *planner*: `(Evidence) -> Plan`, from the round's probe episodes,
 diagnoses and verdicts to generation sources whose counts sum to the budget (and, for CoDA, per-mode training
 programs and potentials). Register new ones in `STRATEGIES`; the round loop does not change.
