@@ -24,7 +24,7 @@ Writes `bench/results/headline.json` (`--fast`: `headline_fast.json`) and a mark
 
 Usage:
     python bench/headline.py                  # 3 seeds (about 1.5 hours on 2 cores)
-    python bench/headline.py --fast           # 1 seed, the same sizes (about 35 minutes)
+    python bench/headline.py --fast           # 1 seed, the same sizes (about 25 minutes)
     python bench/headline.py --strategies coda dr --families pick_place --seeds 1
 """
 
