@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +121,25 @@ def _sqlite_version_readonly(db_file: Path, where: str) -> int | None:
         con.close()
 
 
+LOCKED_RETRIES = 30  # SQLite: attempts to open a memory that other processes are creating at the same moment
+
+
 def _prepare_schema(engine: Engine, read_options: dict[str, Any], where: str, readonly: bool) -> None:
+    """Check (and create or upgrade) the schema. On SQLite some lock transitions of a brand-new file
+    (switching it to WAL, recovering its index) answer "database is locked" at once instead of waiting for
+    the busy timeout when several processes open it together; those attempts are retried with a growing
+    pause (about 15 s in all) before the error is raised."""
+    for attempt in range(LOCKED_RETRIES):
+        try:
+            return _prepare_schema_once(engine, read_options, where, readonly)
+        except MemoryConnectError as e:
+            if "database is locked" not in str(e) or attempt == LOCKED_RETRIES - 1:
+                raise
+            engine.dispose()  # drop connections that may have failed half-way through their set-up
+            time.sleep(min(0.05 * (attempt + 1), 0.6))
+
+
+def _prepare_schema_once(engine: Engine, read_options: dict[str, Any], where: str, readonly: bool) -> None:
     try:
         # Look first, in a read transaction: a newer database is refused, an up-to-date one opened, with no
         # write and no write lock (on SQLite a write lock would queue behind a busy writer).
