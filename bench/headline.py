@@ -65,7 +65,7 @@ SIZES = [
     "scene.sft_scenes_per_family=100", "bench.eval_scenes_per_split=10",
     "engine.rounds=2", "engine.generation_budget=16", "engine.demo_budget=16", "engine.probe_scenes=12",
     "engine.max_diagnoses=4", "engine.mode_probes=4", "critic.counterfactual_k=4",
-    "engine.measure_every_round=false", "runtime.workers=1",
+    "engine.measure_every_round=false", "engine.improvement=awr", "runtime.workers=1",
 ]
 
 

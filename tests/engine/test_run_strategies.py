@@ -160,3 +160,28 @@ def test_accel_and_replay_edit_the_scenes_they_select(runs: dict[str, Path]) -> 
             manifest = _manifest(mem, rid)
             made = _specs(mem, [s["scenario_id"] for s in manifest["scenes"] if s["program"] == key])
             assert made and all(s.provenance.parent in parents for s in made)
+
+
+@pytest.mark.parametrize("setting", ["engine.improvement=awr", "engine.value_guided_samples=4"])
+def test_critic_round_trains_on_its_probe_rollouts(tmp_path: Path, setting: str) -> None:
+    """With AWR or value-guided selection, a round adds its probe rollouts (no labels) to the critic's data and
+    trains the chunk critic with the actor; the round's checkpoint keeps the setting for inference."""
+    from coda.policy.checkpoint import load_policy
+
+    cfg = E.config("coda", extra=(setting,))
+    path = tmp_path / "critic_round"
+    run(start_run(cfg, path, from_round0=E.round0()), report=False)
+    with E.open_run(path) as mem:
+        rid = path.name
+        assert mem.get_run(rid).status == "done"
+        train = next(t.body for t in mem.list("training_program", run_id=rid, round_idx=1) if t.key == "round_1")
+        assert train["rollouts"] == cfg.engine.probe_scenes
+        assert train["expert_demos"] + train["corrective"] <= cfg.engine.demo_budget  # rollouts spend no labels
+        evals = [e for e in mem.list("episode", run_id=rid, round_idx=1) if e.phase == "measure"]
+        assert len(evals) == len(SPLITS) * cfg.bench.eval_scenes_per_split
+    policy = load_policy(path / "checkpoints" / "round_001.pt")
+    assert policy.cfg.train_critic and int(policy.critic_updates) == cfg.policy.finetune_steps
+    assert policy.cfg.improvement == cfg.engine.improvement
+    assert policy.cfg.value_guided_samples == cfg.engine.value_guided_samples
+    sft = load_policy(path / "checkpoints" / "round_000.pt")
+    assert sft.cfg.improvement == "bc" and sft.cfg.value_guided_samples == 0 and int(sft.critic_updates) == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coda.policy.data import DemoDataset, DemoWriter, Episode, collect_demos, corrective_episode
+from coda.policy.data import DemoDataset, DemoWriter, Episode, collect_demos, corrective_episode, replayed_episode
 from coda.policy.errors import DatasetError
 from coda.policy.samples import ChunkDataset
 from policy_synthetic import PointReachEnv, ReachExpert, expert_episodes, make_specs
@@ -125,6 +125,27 @@ def test_corrective_episode_replays_and_labels_every_k(hashing) -> None:
     np.testing.assert_array_equal(ep.label_chunks[0], ReachExpert(k=4).act(env.state()))
     data = ChunkDataset([ep], hashing, chunk_len=4)
     assert data.n_bc == 4 and data.n_critic == 8
+
+
+def test_replayed_episode_gives_critic_samples_and_no_bc_sample(tmp_path: Path, hashing) -> None:
+    """A policy's own rollout, replayed: the same states, no labels, so the critic learns from it and behaviour
+    cloning never imitates it; it survives a round trip through the demo files."""
+    env = PointReachEnv(max_steps=8)
+    spec = make_specs(1, seed=6)[0]
+    drift = np.array([[*spec.start[:2], 0.2, 0.0, 1.0]] * 8, np.float32)
+    ep = replayed_episode(env, spec, drift)
+    assert ep.corrective and not ep.success and ep.length == 8
+    assert all(lab is None for lab in ep.label_chunks)
+    np.testing.assert_array_equal(ep.actions, drift)
+    with DemoWriter(tmp_path) as w:
+        w.add(ep)
+    (back,) = DemoDataset(tmp_path).episodes()
+    data = ChunkDataset([back, *expert_episodes(make_specs(1, seed=9))], hashing, chunk_len=4)
+    assert data.n_critic == 8 + data.n_bc  # the demo gives both, the rollout critic rows only
+    with pytest.raises(DatasetError, match="label_every = -1"):
+        corrective_episode(env, spec, drift, ReachExpert(k=4), label_every=-1)
+    with pytest.raises(DatasetError, match="needs an expert"):
+        corrective_episode(env, spec, drift, None, label_every=2)
 
 
 def test_source_weights_set_each_sources_share_of_bc_batches(hashing) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from coda.config_base import Section
@@ -27,3 +29,5 @@ class EngineConfig(Section):
     expert_weight: float = Field(1.0, ge=0)  # data weight of expert demos in generated scenes
     corrective_weight: float = Field(0.0, ge=0)  # data weight of corrective demos from failure states (0: none are labelled)
     replay_weight: float = Field(1.0, ge=0)  # data weight of the SFT demos replayed against forgetting
+    improvement: Literal["bc", "awr"] = "awr"  # rounds' actor loss: advantage-weighted by the chunk critic (shaping reaches the actor), or plain behaviour cloning
+    value_guided_samples: int = Field(0, ge=0)  # >0: round checkpoints pick the best of this many sampled chunks by Q

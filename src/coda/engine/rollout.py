@@ -8,6 +8,8 @@ boundaries.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
@@ -70,7 +72,10 @@ def rollout_policy(
     """
     limit = int(max_steps if max_steps is not None else env.config.max_steps)
     obs, info = env.reset_to(spec)
-    policy.reset()
+    if "seed" in inspect.signature(policy.reset).parameters:
+        policy.reset(seed=episode_seed(spec))  # sampled chunks depend on the scene, not on the worker or order
+    else:
+        policy.reset()
     states = [env.state()] if (record_states or keyframes) else []
     snapshots = [env.get_state()] if keyframes else []
     actions: list[np.ndarray] = []
@@ -102,6 +107,11 @@ def rollout_policy(
         states=states if record_states else [],
         actions=np.asarray(actions, np.float32).reshape(-1, 5), keyframes=frames, error=error,
     )
+
+
+def episode_seed(spec: ScenarioSpec) -> int:
+    """A policy's sampling seed for an episode in `spec`: a hash of the scene's id, the same in any process."""
+    return int.from_bytes(hashlib.sha256(str(spec.spec_id).encode()).digest()[:4], "little")
 
 
 # ---- process pool -------------------------------------------------------------------------------

@@ -327,11 +327,15 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     three sources with the engine's data weights:
     `replay` (the SFT demos of round 0), `expert` (demos in generated scenes, every round so far) and
     `corrective` (relabelled failures, every round so far).
+
+    When the round trains the chunk critic (`engine.improvement = "awr"` or `engine.value_guided_samples > 0`),
+    the round's probe rollouts are replayed into the data as unlabelled episodes: the critic learns from the
+    policy's own successes and failures, behaviour cloning never imitates them, and no label is spent.
     """
     from coda.memory import Checkpoint, TrainingProgram
     from coda.memory.artifacts import sha256_file
     from coda.policy.checkpoint import load_policy
-    from coda.policy.data import DemoWriter, corrective_episode, run_expert_episode
+    from coda.policy.data import DemoWriter, corrective_episode, replayed_episode, run_expert_episode
     from coda.policy.train import load_chunk_dataset, train_policy
     from coda.sim.tabletop.env import TabletopEnv
     from coda.sim.tabletop.experts import expert_for
@@ -350,6 +354,8 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     corrective = corrective[:labels] if ctx.cfg.engine.corrective_weight > 0 else []
     n_expert = min(len(generated.scenes), labels - len(corrective))
     accepted = _accepted_potentials(ctx, r)
+    value_guided = ctx.cfg.engine.value_guided_samples
+    critic = bool(value_guided) or ctx.cfg.engine.improvement == "awr"  # a chunk critic is trained this round
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     env = TabletopEnv(config=ctx.cfg.sim)
@@ -366,6 +372,10 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
                                         label_every=ctx.cfg.policy.n_action_steps, label_len=ctx.cfg.policy.chunk_len)
                 ep.label_chunks = [c if t >= start else None for t, c in enumerate(ep.label_chunks or [])]
                 writer.add(_with_potential(ep, p.spec, env, _potential(p.spec, body, accepted)))
+            if critic:  # the critic learns from the policy's own outcomes too; no labels are spent
+                for p in probes:
+                    ep = replayed_episode(env, p.spec, p.actions)
+                    writer.add(_with_potential(ep, p.spec, env, _potential(p.spec, None, accepted)))
     finally:
         env.close()
     shutil.rmtree(final, ignore_errors=True)
@@ -374,12 +384,14 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
 
     torch.manual_seed(ctx.seed_for("train", r))  # a fresh critic head starts the same on a resumed run
     pcfg = ctx.cfg.policy
-    overrides = {"train_critic": True, "improvement": pcfg.improvement} if pcfg.improvement == "awr" else None
-    policy = load_policy(prev_checkpoint, overrides=overrides)
+    overrides: dict[str, Any] = {"train_critic": True, "improvement": "awr"} if ctx.cfg.engine.improvement == "awr" else {}
+    if value_guided:
+        overrides |= {"train_critic": True, "value_guided_samples": value_guided}
+    policy = load_policy(prev_checkpoint, overrides=overrides or None)
     ecfg = ctx.cfg.engine
     weights = {"replay": ecfg.replay_weight, "expert": ecfg.expert_weight, "corrective": ecfg.corrective_weight}
 
-    def source_of(i: int, ep: Any) -> str:
+    def source_of(i: int, ep: Any) -> str:  # unlabelled rollouts give critic samples only, whatever their source
         return "corrective" if ep.corrective else ("replay" if i == 0 else "expert")
 
     data = load_chunk_dataset([*demo_dirs, final], policy.cfg, policy.text, shaping_weight=shaping_weight,
@@ -390,7 +402,7 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     with ctx.commit(r, "train") as tx:
         tx.add(TrainingProgram(key=f"round_{r}", body={
             "kind": "round_training", "demos": ctx.rel(final), "expert_demos": n_demo, "corrective": len(corrective),
-            "mode_programs": sorted(f"train:{k}" for k in mode_tp), "shaping_weight": shaping_weight,
+            "rollouts": len(probes) if critic else 0, "mode_programs": sorted(f"train:{k}" for k in mode_tp), "shaping_weight": shaping_weight,
             "steps": pcfg.finetune_steps, "datasets": [ctx.rel(d) for d in demo_dirs] + [ctx.rel(final)],
             "source_weights": weights, "bc_samples": {k: data.bc_source.count(k) for k in weights},
             "weights": {k: b["weights"] for k, b in sorted(mode_tp.items())}}))

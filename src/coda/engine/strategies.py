@@ -10,10 +10,11 @@
 | `dr`          | explore                   | no              | uniform domain randomisation over all operators         | none    |
 | `sft`         | –                         | –               | no rounds                                               | –       |
 
-Shaping acts on the chunk critic only. With `policy.improvement = "bc"` (the default) the actor never reads
-the critic, so `coda` and `coda-sparse` fine-tune identical policies; the potential changes the policy through
-advantage-weighted regression (`improvement = "awr"`) or value-guided chunk selection
-(`value_guided_samples > 0`).
+Shaping acts on the chunk critic, and through it on the actor: every closed-loop strategy fine-tunes with
+advantage-weighted regression by default (`engine.improvement = "awr"`), its critic trained on the round's
+demos and its own probe rollouts; `coda`'s critic learns from shaped targets, the others' from the sparse
+task reward. With `engine.improvement = "bc"` (and no value-guided selection) the actor never reads the
+critic and `coda` and `coda-sparse` fine-tune identical policies.
 
 A strategy is data plus one callable, its *planner*: `(Evidence) -> Plan`, from the round's probe episodes,
 diagnoses and verdicts to generation sources whose counts sum to the budget (and, for CoDA, per-mode training

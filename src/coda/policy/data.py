@@ -387,8 +387,14 @@ def corrective_episode(
     The result is flagged `corrective`; its executed actions and rewards are the replayed ones.
 
     Args:
+        expert: the labeller; None with `label_every = 0`.
+        label_every: steps between labels; 0 labels nothing (see `replayed_episode`).
         label_len: steps of each label (default: the expert's `horizon`, else 8).
     """
+    if label_every < 0:
+        raise DatasetError(f"label_every = {label_every!r} must be >= 0 (0: no labels)")
+    if label_every and expert is None:
+        raise DatasetError(f"label_every = {label_every} needs an expert to label with")
     length = int(label_len or getattr(expert, "horizon", 8))
     if length < 1:
         raise DatasetError(f"label_len = {label_len!r} must be >= 1")
@@ -416,7 +422,7 @@ def corrective_episode(
     terminated = False
     success = bool(info.get("success", False))
     for t, a in enumerate(acts):
-        labels.append(label() if t % label_every == 0 else None)
+        labels.append(label() if label_every and t % label_every == 0 else None)
         obs, reward, terminated, truncated, info = env.step(a)
         observations.append(obs)
         rewards.append(float(reward))
@@ -431,6 +437,15 @@ def corrective_episode(
         family=str(getattr(spec, "family", "")),
         split=str(getattr(getattr(spec, "provenance", None), "split", "") or ""),
     )
+
+
+def replayed_episode(env: Any, spec: Any, actions: np.ndarray) -> Episode:
+    """A policy's own episode re-created by replaying its actions, with no expert label.
+
+    It gives the chunk critic the policy's outcomes (its failures included) and no behaviour-cloning sample:
+    an unlabelled corrective episode (see `ChunkDataset`).
+    """
+    return corrective_episode(env, spec, actions, None, label_every=0)
 
 
 def collect_demos(
