@@ -9,7 +9,7 @@ from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.noisy import NoisyCritic
 from coda.critic.privileged import PrivilegedCritic
-from coda.critic.verify import Verifier, VerifyError, factor_ops
+from coda.critic.verify import Verifier, VerifyError, factor_ops, undo_factor
 from coda.scene.operators import derive
 from coda.sim.tabletop.experts import rollout_expert
 
@@ -119,7 +119,8 @@ def test_counterfactual_verifies_the_factor_that_matters(episodes, verifier, rep
         SceneFactor(kind="position", entity=target, value="far_right", detail="moved"),
         SceneFactor(kind="position", entity=target, value="upstairs", detail="not a region"),
     ))
-    v = Verifier(CriticConfig(counterfactual_k=4), require=("counterfactual",)).check(
+    # sufficiency alone (the replaying policy memorised an arbitrary layout, not the training regions undo uses)
+    v = Verifier(CriticConfig(counterfactual_k=4, counterfactual_undo=False), require=("counterfactual",)).check(
         d, ep, policy_success=success, base_scenes=bases)
     assert v.accepted and v.check("counterfactual").status == "passed"
     colour, position, bad = v.trials
@@ -137,15 +138,18 @@ def test_counterfactual_rejects_factors_that_do_not_matter(episodes, replay) -> 
         SceneFactor(kind="object_attribute", entity=ep.spec.goal[0].args[0], value="color=green", detail=""),
         SceneFactor(kind="instruction", entity=None, value="small red cube", detail=""),
     ))
-    v = Verifier(CriticConfig(counterfactual_k=3), require=("counterfactual",)).check(
+    v = Verifier(CriticConfig(counterfactual_k=3, counterfactual_undo=False), require=("counterfactual",)).check(
         d, ep, policy_success=success, base_scenes=bases)
     assert not v.accepted and "no factor reproduces the failure" in v.reasons[0]
     assert [t.factor_failure_rate for t in v.trials] == [0.0, 0.0]
 
 
 def test_end_to_end_accepts_a_true_diagnosis_and_rejects_a_corrupted_factor(sim, episodes, verifier, replay) -> None:
-    """The memorising policy fails once its target moves; the privileged diagnosis of that failure is verified."""
+    """The memorising policy fails once its target moves; the privileged diagnosis of that failure is verified.
+    (It memorised an arbitrary layout rather than the training regions, so undoing a factor is left out.)"""
     success, bases = replay
+    verifier = Verifier(verifier.cfg.model_copy(update={"counterfactual_undo": False}), verifier.shaping,
+                        env_factory=verifier.env_factory)
     moved = derive(np.random.default_rng(1), episodes.pick, [("place_in_region", {"object": "target", "region": "far_right"})])
     ep = sim.episode(moved, lambda s, t, a=rollout_expert(sim.env, episodes.pick, 120).actions: a[min(t, len(a) - 1)],
                      120, episode_id="moved")
@@ -162,6 +166,88 @@ def test_end_to_end_accepts_a_true_diagnosis_and_rejects_a_corrupted_factor(sim,
     assert noisy.corrupted("moved") is not None and bad.factors[0].kind != "position"
     v2 = verifier.check(bad, ep, policy_success=success, base_scenes=bases)
     assert not v2.accepted and v2.check("counterfactual").status == "failed"
+
+
+def _sft_layout_policy(spec) -> bool:
+    """A policy that memorised the training layout: it succeeds exactly when every entity of a pick_place scene
+    sits in its training region and there are no more objects than in training."""
+    from coda.scene.regions import REGIONS
+    from coda.scene.splits import SFT_PARAMS
+
+    p = SFT_PARAMS["pick_place"]
+    target, dest = spec.goal[0].args
+    region = {target: p["target_region"], dest: p["goal_region"]}
+    for e in (*spec.objects, *spec.containers):
+        if not REGIONS[region.get(e.name, p["others_region"] if e in spec.objects else p["alt_region"])].contains(*e.pos, tol=0.005):
+            return False
+    return len(spec.objects) == 1 + p["n_others"][1]
+
+
+def test_necessity_tells_the_moved_object_from_a_guessed_one(episodes) -> None:
+    """A policy that fails wherever ANY object leaves its training region makes every position factor
+    *sufficient*; undoing the factor in the failed scene tells the object that moved from a guessed one."""
+    import dataclasses
+
+    from coda.scene.generators import sample_base
+    from coda.scene.splits import SFT_PARAMS
+
+    rng = np.random.default_rng(3)
+    bases = [sample_base("pick_place", rng, SFT_PARAMS["pick_place"]) for _ in range(4)]
+    assert all(_sft_layout_policy(b) for b in bases)
+    moved = derive(rng, bases[0], [("place_in_region", {"object": "target", "region": "far_right"})])
+    assert not _sft_layout_policy(moved)
+    target, dest = moved.goal[0].args
+    other = next(o.name for o in moved.objects if o.name != target)
+    ep = dataclasses.replace(episodes["missed_grasp"], spec=moved, episode_id="moved_target")
+    d = swap(PrivilegedCritic().diagnose(episodes["missed_grasp"]), objects=(target,), factors=(
+        SceneFactor(kind="position", entity=target, value="far_right", detail="moved"),
+        SceneFactor(kind="position", entity=other, value="far_left", detail="a guess"),
+        SceneFactor(kind="physics", entity=None, value="friction_scale=0.4", detail="a guess"),
+    ))
+    cfg = CriticConfig(counterfactual_k=4)
+    v = Verifier(cfg, require=("counterfactual",)).check(d, ep, policy_success=_sft_layout_policy, base_scenes=bases)
+    right, guessed, physics = v.trials
+    assert right.sufficient and right.necessary and right.undone_success_rate == 1.0 and right.reproduced
+    assert guessed.sufficient and guessed.necessary is False and guessed.undone_success_rate == 0.0
+    assert not guessed.reproduced  # sufficiency alone would have verified it
+    assert physics.sufficient is False and not physics.reproduced
+    assert "already as in training" in physics.undo_error
+    assert v.accepted and v.verified_factors == (right.factor,)
+    alone = Verifier(cfg.model_copy(update={"counterfactual_undo": False}), require=("counterfactual",)).check(
+        d, ep, policy_success=_sft_layout_policy, base_scenes=bases)
+    assert [t.factor for t in alone.trials if t.reproduced] == [right.factor, guessed.factor]
+
+
+def test_undo_factor_puts_one_factor_back_as_in_training() -> None:
+    from coda.scene.generators import sample_base
+    from coda.scene.language import canonical_instruction
+    from coda.scene.regions import REGIONS
+    from coda.scene.splits import SFT_PARAMS
+
+    rng = np.random.default_rng(4)
+    base = sample_base("pick_place", rng, SFT_PARAMS["pick_place"])
+    target = base.goal[0].args[0]
+    ood = derive(rng, base, [("place_in_region", {"object": "target", "region": "far_right"}),
+                             ("paraphrase", {"tier": "heldout"}), ("scale_physics", {"friction": [0.3, 0.4]}),
+                             ("add_distractors", {"n": 1, "kind": "lookalike", "region": "table", "colors": ["purple"]})])
+
+    def factor(kind: str, entity: str | None = None, value: str = "") -> SceneFactor:
+        return SceneFactor(kind=kind, entity=entity, value=value, detail="")
+
+    back = undo_factor(rng, factor("position", target, "far_right"), ood)
+    assert REGIONS["spot_left"].contains(*back.entity(target).pos) and back.instruction == ood.instruction
+    assert undo_factor(rng, factor("instruction"), ood).instruction == canonical_instruction(ood)
+    assert undo_factor(rng, factor("physics", value="friction_scale=0.35"), ood).physics.friction_scale == 1.0
+    added = {o.name for o in ood.objects} - {o.name for o in base.objects}
+    assert {o.name for o in undo_factor(rng, factor("distractor"), ood).objects} == {o.name for o in base.objects}
+    kept = tuple(o for o in ood.objects if o.name not in added)
+    assert added and undo_factor(rng, factor("distractor", next(iter(added))), ood).objects == kept
+    with pytest.raises(VerifyError, match="no more than in training"):
+        undo_factor(rng, factor("distractor"), base)
+    with pytest.raises(VerifyError, match="task factor has no undo"):
+        undo_factor(rng, factor("task"), ood)
+    with pytest.raises(VerifyError, match="cannot undo position"):
+        undo_factor(rng, factor("position", "nonexistent", "far_left"), ood)
 
 
 # ---- (c) the compiled potential along expert demos --------------------------------------------------------

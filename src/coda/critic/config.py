@@ -31,6 +31,7 @@ class CriticConfig(Section):
     counterfactual_k: int = Field(8, ge=1)  # base scenes per counterfactual check
     counterfactual_margin: float = Field(0.25, ge=0, le=1)  # failure-rate increase needed to verify a factor
     counterfactual_tier: Literal["train", "heldout"] = "train"  # vocabulary tier of instruction counterfactuals
+    counterfactual_undo: bool = True  # also undo each factor in the failed scene: the policy must then succeed (necessity)
     stage_slack: int = Field(1, ge=0)  # stages a diagnosis's stage_reached may fall short of the trace's
     verify_demos: int = Field(2, ge=1)  # expert demonstrations the compiled potential is checked on
     demo_steps: int = Field(200, ge=10)  # step limit of those demonstrations

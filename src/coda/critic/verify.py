@@ -10,11 +10,18 @@
     in another entity; knocked_over: an object tipped; collision: the fingers touched a non-goal entity or
     moved one; no_progress: the target was hardly advanced; detour: the gripper travelled far;
     drawer_not_operated: a drawer goal is unmet); the entity the mode is about is implicated.
-(b) **counterfactual** — for each implicated factor: K base scenes of the same family that the policy
-    solves, each with only that factor applied by scene operators (`factor_ops`: an `instruction` factor
-    rewords the instruction, a `task` factor asks for another goal in the same layout), must fail at a
-    rate at least `margin` above the base scenes' own failure rate (re-measured). Factors that pass are
-    the diagnosis's *verified factors*; the check passes if at least one does.
+(b) **counterfactual** — for each implicated factor, two single-factor tests with the current policy:
+    *sufficiency*: K base scenes of the same family that the policy solves, each with only that factor
+    applied by scene operators (`factor_ops`: an `instruction` factor rewords the instruction, a `task`
+    factor asks for another goal in the same layout), must fail at a rate at least `margin` above the base
+    scenes' own failure rate (re-measured); *necessity* (`counterfactual_undo`): the failed scene itself,
+    with only that factor put back as the training distribution has it (`undo_factor`: the entity back in
+    its training region, the canonical instruction, the distractors removed, nominal physics...), must be
+    solved in at least a `margin` share of up to K variants. Sufficiency alone cannot tell factors apart
+    for a policy that fails under any change of an axis (a narrowly trained policy fails wherever *any*
+    object moves, so a guessed position factor reproduces a failure); necessity asks whether this factor
+    caused *this* failure. A factor is verified when every test that could run passed (at least one ran);
+    verified factors are the diagnosis's *verified factors*, and the check passes if at least one exists.
 (c) **potential** — the diagnosis's stage plan compiles (Text2potential) on the scene, and along scripted
     expert demonstrations of the same scene Φ rises (Spearman rank correlation with time ≥
     `min_rank_corr`) and peaks, at 1, at success.
@@ -74,8 +81,13 @@ class FactorTrial(_Frozen):
     n: int = 0  # derived scenes evaluated
     base_failure_rate: float | None = None
     factor_failure_rate: float | None = None
-    reproduced: bool = False
+    sufficient: bool | None = None  # applied to solved base scenes, it made them fail (None: could not run)
+    undone_n: int = 0  # variants of the failed scene with the factor undone that were evaluated
+    undone_success_rate: float | None = None
+    necessary: bool | None = None  # undone in the failed scene, the policy then succeeds (None: could not run)
+    reproduced: bool = False  # every test that ran passed, and at least one ran
     error: str = ""  # why the factor could not be applied, if it could not
+    undo_error: str = ""  # why it could not be undone, if it could not
 
 
 class Verdict(_Frozen):
@@ -277,6 +289,101 @@ def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[
     raise VerifyError(f"factor physics value {f.value!r}: expected friction_scale=x, mass_scale=x or damping")
 
 
+def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) -> ScenarioSpec:
+    """`spec` with one factor put back as the family's training distribution (`SFT_PARAMS`) has it.
+
+    position -> the entity (default: the target) re-placed in its role's training region; robot_start ->
+    the default start pose; instruction -> the canonical instruction; distractor -> the named non-goal
+    object removed, else the non-goal objects beyond the training count, those most like the target (same
+    colour, same shape, outside the training region of other objects) first; object_attribute -> a training colour, the training size range
+    (target) or a box; physics -> nominal friction, mass and drawer damping.
+
+    Raises:
+        VerifyError: the factor has no undo here (a task factor, an unknown entity, an edit that does not fit).
+    """
+    from coda.scene.language import canonical_instruction
+    from coda.scene.layout import problems
+    from coda.scene.operators import derive, goal_names
+    from coda.scene.regions import REGIONS
+    from coda.scene.spec import DrawerSpec, PhysicsSpec, RobotStart
+    from coda.scene.splits import SFT_COLORS, SFT_FIXTURES, SFT_PARAMS
+
+    params = SFT_PARAMS.get(spec.family, {})
+    target = spec.goal[0].args[0]
+    objects = {o.name: o for o in spec.objects}
+    name = f.entity or target
+
+    def ops(*calls: tuple[str, dict[str, Any]]) -> ScenarioSpec:
+        try:
+            return derive(rng, spec, list(calls))
+        except CodaError as e:
+            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: {str(e).splitlines()[0]}") from None
+
+    def edited(**changes: Any) -> ScenarioSpec:
+        out = spec.replace(**changes)
+        found = problems(out)
+        if found:
+            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: {found[0]}")
+        return out
+
+    if f.kind in ("position", "region"):
+        if f.value == "robot_start":
+            return edited(robot=RobotStart().model_dump())
+        role = role_of(name, spec)
+        key = "goal_region" if (role == "target" and name not in objects) else {
+            "target": "target_region", "goal": "goal_region", "alt": "alt_region", "other": "others_region"}[role]
+        if key not in params:
+            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: family '{spec.family}' has no training {key}")
+        return ops(("place_in_region", {"object": name, "region": params[key]}))
+    if f.kind == "instruction":
+        return spec.replace(instruction=canonical_instruction(spec))
+    if f.kind == "task":
+        raise VerifyError("a task factor has no undo: the goal is what the episode asked for")
+    if f.kind == "distractor":
+        in_goal = set(goal_names(spec))
+        others = [o for o in spec.objects if o.name not in in_goal]
+        if f.entity in {o.name for o in others}:
+            drop = {f.entity}
+        else:  # the objects beyond the training count, the most target-like first
+            excess = len(others) - int(params.get("n_others", (1, 3))[1])
+            if excess <= 0:
+                raise VerifyError(f"cannot undo distractor: {len(others)} non-goal object(s), no more than in training")
+            t = objects.get(target)
+            home = REGIONS.get(str(params.get("others_region", "table")))
+
+            def alike(o: Any) -> tuple[int, int, int]:
+                return (int(t is not None and o.color == t.color), int(t is not None and o.shape == t.shape),
+                        int(home is not None and not home.contains(*o.pos)))
+
+            drop = {o.name for o in sorted(others, key=alike, reverse=True)[:excess]}
+        return edited(objects=[o.model_dump() for o in spec.objects if o.name not in drop])
+    if f.kind == "object_attribute":
+        attr = f.value.partition("=")[0].strip().lower()
+        if attr in ("color", "colour"):
+            return ops(("recolor", {"object": name, "colors": list(SFT_COLORS if name in objects else SFT_FIXTURES)}))
+        if attr == "size" and name == target and name in objects:
+            return ops(("resize", {"object": name, "half": list(params.get("target_half", (0.02, 0.025)))}))
+        if attr == "shape" and name in objects:
+            return ops(("reshape", {"object": name, "shapes": ["box"]}))
+        raise VerifyError(f"cannot undo object_attribute {f.value!r} of '{name}'")
+    damping = DrawerSpec.model_fields["damping"].default
+    return edited(physics=PhysicsSpec().model_dump(),
+                  drawers=[d.model_copy(update={"damping": damping}).model_dump() for d in spec.drawers])
+
+
+def _trial_reason(t: FactorTrial) -> str:
+    parts = []
+    if t.sufficient is None:
+        parts.append(t.error or "not applied")
+    elif t.base_failure_rate is not None:
+        parts.append(f"failure rate {t.factor_failure_rate:.2f} vs base {t.base_failure_rate:.2f}")
+    if t.necessary is not None:
+        parts.append(f"solved {t.undone_success_rate:.2f} with it undone" + (f" ({t.undo_error})" if t.undo_error else ""))
+    elif t.undo_error:
+        parts.append(t.undo_error)
+    return "; ".join(parts)
+
+
 def _seed(seed: int, episode_id: str | None) -> list[int]:
     h = hashlib.sha256((episode_id or "").encode()).digest()
     return [seed & 0xFFFFFFFF, int.from_bytes(h[:8], "little")]
@@ -377,9 +484,7 @@ class Verifier:
         policy_success: PolicySuccess | None,
         base_scenes: Sequence[ScenarioSpec],
     ) -> tuple[CheckResult, tuple[FactorTrial, ...]]:
-        """Check (b): does applying each implicated factor alone make solved scenes fail?"""
-        from coda.scene.operators import derive
-
+        """Check (b): does each implicated factor alone make solved scenes fail, and does undoing it fix this one?"""
         if policy_success is None:
             return CheckResult(name="counterfactual", status="not_run", reason="no policy_success callable given"), ()
         if not d.factors:
@@ -399,39 +504,63 @@ class Verifier:
         rng = np.random.default_rng(_seed(self.seed, episode.episode_id))
         trials: list[FactorTrial] = []
         for f in d.factors:
-            try:
-                ops = factor_ops(f, episode.spec, self.cfg.counterfactual_tier)
-            except VerifyError as e:
-                trials.append(FactorTrial(factor=f, error=str(e)))
-                continue
-            outcomes, errors = [], []
-            for base in solved:
-                try:
-                    derived = derive(rng, base, [(o["op"], o["args"]) for o in ops])
-                except CodaError as e:  # the edit does not fit this base scene
-                    errors.append(str(e).splitlines()[0])
-                    continue
-                outcomes.append(not policy_success(derived))
-            if len(outcomes) < max(1, (len(solved) + 1) // 2):
-                trials.append(FactorTrial(factor=f, ops=tuple(ops), n=len(outcomes), base_failure_rate=base_rate,
-                                          error=f"applied to only {len(outcomes)}/{len(solved)} base scenes: {errors[:1]}"))
-                continue
-            rate = float(np.mean(outcomes))
-            trials.append(FactorTrial(factor=f, ops=tuple(ops), n=len(outcomes), base_failure_rate=base_rate,
-                                      factor_failure_rate=rate, reproduced=rate - base_rate >= margin))
+            trial = self._sufficiency(f, episode.spec, solved, base_rate, policy_success, rng)
+            if self.cfg.counterfactual_undo:
+                trial = self._necessity(trial, episode.spec, policy_success, rng)
+            ran = [x for x in (trial.sufficient, trial.necessary) if x is not None]
+            trials.append(trial.model_copy(update={"reproduced": bool(ran) and all(ran)}))
         ok = [t for t in trials if t.reproduced]
         details: dict[str, Any] = {"base_scenes": len(solved), "base_failure_rate": base_rate, "margin": margin}
         for i, t in enumerate(trials):
-            details[f"factor{i}"] = f"{t.factor.kind}:{t.factor.value} -> {t.factor_failure_rate}" + (f" ({t.error})" if t.error else "")
+            details[f"factor{i}"] = f"{t.factor.kind}:{t.factor.value}: {_trial_reason(t)}"
         if ok:
-            why = f"{len(ok)}/{len(trials)} factor(s) raise the failure rate by >= {margin}"
+            why = f"{len(ok)}/{len(trials)} factor(s) reproduce the failure (margin {margin})"
             return CheckResult(name="counterfactual", status="passed", reason=why, details=details), tuple(trials)
-        why = "; ".join(
-            f"{t.factor.kind}={t.factor.value}: " + (t.error or f"failure rate {t.factor_failure_rate:.2f} vs base {base_rate:.2f}")
-            for t in trials
-        )
+        why = "; ".join(f"{t.factor.kind}={t.factor.value}: {_trial_reason(t)}" for t in trials)
         return CheckResult(name="counterfactual", status="failed", reason=f"no factor reproduces the failure ({why})",
                            details=details), tuple(trials)
+
+    def _sufficiency(self, f: SceneFactor, spec: ScenarioSpec, solved: Sequence[ScenarioSpec], base_rate: float,
+                     policy_success: PolicySuccess, rng: np.random.Generator) -> FactorTrial:
+        """The factor applied alone to solved base scenes: do they now fail clearly more often?"""
+        from coda.scene.operators import derive
+
+        try:
+            ops = factor_ops(f, spec, self.cfg.counterfactual_tier)
+        except VerifyError as e:
+            return FactorTrial(factor=f, error=str(e))
+        outcomes, errors = [], []
+        for base in solved:
+            try:
+                derived = derive(rng, base, [(o["op"], o["args"]) for o in ops])
+            except CodaError as e:  # the edit does not fit this base scene
+                errors.append(str(e).splitlines()[0])
+                continue
+            outcomes.append(not policy_success(derived))
+        if len(outcomes) < max(1, (len(solved) + 1) // 2):
+            return FactorTrial(factor=f, ops=tuple(ops), n=len(outcomes), base_failure_rate=base_rate,
+                               error=f"applied to only {len(outcomes)}/{len(solved)} base scenes: {errors[:1]}")
+        rate = float(np.mean(outcomes))
+        return FactorTrial(factor=f, ops=tuple(ops), n=len(outcomes), base_failure_rate=base_rate,
+                           factor_failure_rate=rate, sufficient=rate - base_rate >= self.cfg.counterfactual_margin)
+
+    def _necessity(self, trial: FactorTrial, spec: ScenarioSpec, policy_success: PolicySuccess,
+                   rng: np.random.Generator) -> FactorTrial:
+        """The factor undone in the failed scene itself (up to K distinct variants): does the policy now succeed?"""
+        variants: dict[str, ScenarioSpec] = {}
+        for _ in range(self.cfg.counterfactual_k):
+            try:
+                undone = undo_factor(rng, trial.factor, spec)
+            except VerifyError as e:
+                return trial.model_copy(update={"undo_error": str(e)})
+            variants.setdefault(undone.spec_id, undone)
+        changed = [v for sid, v in variants.items() if sid != spec.spec_id]
+        if not changed:  # already as in training: undoing it changes nothing, so it did not cause the failure
+            return trial.model_copy(update={"undone_n": 0, "undone_success_rate": 0.0, "necessary": False,
+                                            "undo_error": "the factor is already as in training"})
+        rate = float(np.mean([policy_success(v) for v in changed]))
+        return trial.model_copy(update={"undone_n": len(changed), "undone_success_rate": rate,
+                                        "necessary": rate >= self.cfg.counterfactual_margin})
 
     def check_potential(self, d: Diagnosis, spec: ScenarioSpec) -> CheckResult:
         """Check (c): the stage plan compiles and its Φ rises along expert demos of the scene, peaking at success."""
