@@ -44,3 +44,9 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "has no index.json" in r.output
     r = runner.invoke(app, ["demos", "collect", "--family", "juggle", "--n", "1", "--no-check", "--out", str(tmp_path / "d")])
     assert r.exit_code == 2 and "Unknown family 'juggle'" in r.output
+    r = runner.invoke(app, ["eval", "--family", "pick_place"])
+    assert r.exit_code == 2 and "--checkpoint is required" in r.output
+    r = runner.invoke(app, ["eval", "--backend", "isaac", "--expert"])
+    assert r.exit_code == 2 and "--backend 'isaac' is not known" in r.output
+    r = runner.invoke(app, ["eval", "--backend", "libero", "--expert"])
+    assert r.exit_code == 2 and "--suite is required" in r.output

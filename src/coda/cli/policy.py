@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from coda.cli.common import console, err_console, one_line_errors
+from coda.errors import CodaError
 
 PresetOpt = Annotated[Optional[str], typer.Option("--preset", help="tiny | quick | full")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML or JSON config file")]
@@ -103,26 +104,47 @@ def train_sft_command(
 
 @one_line_errors
 def eval_command(
-    checkpoint: Annotated[Path, typer.Option("--checkpoint", help="policy checkpoint file")],
-    family: FamilyOpt,
+    checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="policy checkpoint file")] = None,
+    family: Annotated[Optional[str], typer.Option("--family", help="pick_place | stack | push | drawer (tabletop)")] = None,
     split: SplitOpt = "sft",
     n: Annotated[int, typer.Option("--n", min=1, help="number of scenes")] = 50,
     seed: Annotated[int, typer.Option("--seed", min=0, help="split seed (evaluation: 1)")] = 1,
     workers: Annotated[int, typer.Option("--workers", min=1, help="rollout processes")] = 1,
     value_guided: Annotated[Optional[int], typer.Option("--value-guided-samples", min=0, help="candidates for value-guided selection")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="also write the result as JSON here")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="tabletop | libero")] = "tabletop",
+    suite: Annotated[Optional[str], typer.Option("--suite", help="LIBERO suite, e.g. libero_spatial_swap (libero)")] = None,
+    tasks: Annotated[Optional[list[int]], typer.Option("--task", help="LIBERO task id (repeatable; default all)")] = None,
+    n_init: Annotated[int, typer.Option("--n-init", min=1, max=50, help="official initial states per task (libero)")] = 50,
+    expert: Annotated[bool, typer.Option("--expert", help="evaluate the scripted expert instead of a checkpoint (libero)")] = False,
     preset: PresetOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Success rate of a checkpoint on FAMILY/SPLIT with a Wilson 95% interval."""
+    """Success rate of a checkpoint on FAMILY/SPLIT (tabletop) or on a LIBERO suite under the official
+    protocol (per task and mean), with Wilson 95% intervals."""
     from coda.config import build_config
+
+    if backend not in ("tabletop", "libero"):
+        raise CodaError(f"--backend {backend!r} is not known; use tabletop or libero")
+    if checkpoint is None and not (backend == "libero" and expert):
+        raise CodaError("--checkpoint is required" + (" (or --expert)" if backend == "libero" else ""))
+    cfg = build_config(preset, config, set_ or [])
+    if checkpoint is not None:
+        from coda.policy.checkpoint import read_checkpoint
+
+        read_checkpoint(checkpoint)  # fail fast, with the checkpoint's own error, before building scenes
+    if backend == "libero":
+        if suite is None:
+            raise CodaError("--suite is required with --backend libero (e.g. libero_spatial_swap)")
+        _eval_libero(checkpoint, suite, tasks, n_init, cfg, json_out, value_guided)
+        return
+    if family is None:
+        raise CodaError("--family is required with --backend tabletop (pick_place | stack | push | drawer)")
+    assert checkpoint is not None
     from coda.engine.rollout import evaluate_checkpoint
-    from coda.policy.checkpoint import read_checkpoint
     from coda.policy.stats import success_summary
 
-    cfg = build_config(preset, config, set_ or [])
-    read_checkpoint(checkpoint)  # fail fast, with the checkpoint's own error, before building scenes
     specs = _scenes(family, split, n, seed, check=True, workers=workers)
     overrides = {"value_guided_samples": value_guided} if value_guided is not None else None
     rollouts = evaluate_checkpoint(checkpoint, specs, cfg.sim, workers=workers, record_states=False, overrides=overrides)
@@ -136,6 +158,50 @@ def eval_command(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps({family: {split: summary}}, indent=2))
+
+
+def _eval_libero(checkpoint: Path | None, suite: str, tasks: list[int] | None, n_init: int, cfg: Any,
+                 json_out: Path | None, value_guided: int | None) -> None:
+    """`coda eval --backend libero`: the official protocol (coda.sim.libero.evaluate) in this process."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from coda.policy.stats import wilson_interval
+    from coda.sim.libero.env import LiberoEnv
+    from coda.sim.libero.evaluate import ExpertPolicy, TargetPolicyAdapter, evaluate_suite
+
+    if checkpoint is None:
+        policy_for: Any = ExpertPolicy
+        who = "scripted expert"
+    else:
+        from coda.policy.checkpoint import load_policy
+
+        overrides = {"value_guided_samples": value_guided} if value_guided is not None else None
+        policy = load_policy(checkpoint, overrides=overrides)
+        policy_for = lambda env: TargetPolicyAdapter(policy)  # noqa: E731
+        who = str(checkpoint)
+    env = LiberoEnv(config=cfg.sim.model_copy(update={"backend": "libero"}))
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
+                      transient=True) as bar:
+            from coda.sim.libero import suites as S
+
+            n_tasks = len(tasks) if tasks else len(S.list_tasks(suite))
+            job = bar.add_task(f"{suite} (official protocol)", total=n_tasks * n_init)
+            result = evaluate_suite(env, policy_for, suite, tasks, n_init, progress=lambda _: bar.advance(job))
+    finally:
+        env.close()
+    table = Table(title=f"{who} on {suite}: official initial states, BDDL instructions")
+    for col in ("task", "instruction", "n", "success", "95% CI"):
+        table.add_column(col)
+    for t in result.tasks:
+        lo, hi = wilson_interval(int(sum(t.successes)), t.n)
+        table.add_row(str(t.task_id), t.instruction, str(t.n), f"{t.success:.3f}", f"[{lo:.3f}, {hi:.3f}]")
+    lo, hi = result.ci95
+    table.add_row("mean", "", str(sum(t.n for t in result.tasks)), f"{result.mean_success:.3f}", f"[{lo:.3f}, {hi:.3f}]")
+    console.print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps({**result.as_dict(), "policy": who}, indent=2))
 
 
 __all__ = ["demos_app", "train_app", "eval_command"]
