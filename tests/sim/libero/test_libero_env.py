@@ -22,13 +22,6 @@ from coda.sim.libero.scenario import LiberoScenario  # noqa: E402
 OBJECT0 = LiberoScenario("libero_object", 0, init_state=0)
 
 
-@pytest.fixture(scope="module")
-def env():
-    e = LiberoEnv()
-    yield e
-    e.close()
-
-
 def test_reset_to_official_init_state(env: LiberoEnv) -> None:
     obs, info = env.reset(options={"scenario": OBJECT0})
     assert info == {"success": False, "steps": 0}

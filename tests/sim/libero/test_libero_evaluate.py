@@ -20,13 +20,6 @@ from coda.sim.libero.evaluate import (  # noqa: E402
 from coda.sim.libero.scenario import LiberoScenario  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def env():
-    e = LiberoEnv()
-    yield e
-    e.close()
-
-
 def test_official_protocol_uses_the_bddl_instruction_and_official_inits(env: LiberoEnv) -> None:
     lines: list[str] = []
     result = evaluate_suite(env, ExpertPolicy, "libero_object_lan", tasks=[0], init_states=2, progress=lines.append)

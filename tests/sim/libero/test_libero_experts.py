@@ -12,13 +12,6 @@ from coda.sim.libero.experts import pick_place_task, rollout_expert  # noqa: E40
 from coda.sim.libero.scenario import LiberoScenario  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def env():
-    e = LiberoEnv()
-    yield e
-    e.close()
-
-
 @pytest.mark.parametrize("suite", ["libero_object", "libero_spatial"])
 def test_expert_solves_an_official_init_state(env: LiberoEnv, suite: str) -> None:
     episode = rollout_expert(env, LiberoScenario(suite, 0, init_state=0))

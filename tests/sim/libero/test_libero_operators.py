@@ -24,13 +24,6 @@ from coda.sim.libero.validity import check_scenario  # noqa: E402
 BASE = LiberoScenario("libero_object", 0, init_state=0)
 
 
-@pytest.fixture(scope="module")
-def env():
-    e = LiberoEnv()
-    yield e
-    e.close()
-
-
 @pytest.mark.parametrize("op", ["shift_region", "change_task"])
 def test_generated_scenes_load_settle_and_the_expert_solves_them(env: LiberoEnv, op: str) -> None:
     scenario = apply_operator(np.random.default_rng(1), BASE, op)
