@@ -242,8 +242,9 @@ def test_undo_factor_puts_one_factor_back_as_in_training() -> None:
     assert {o.name for o in undo_factor(rng, factor("distractor"), ood).objects} == {o.name for o in base.objects}
     kept = tuple(o for o in ood.objects if o.name not in added)
     assert added and undo_factor(rng, factor("distractor", next(iter(added))), ood).objects == kept
-    with pytest.raises(VerifyError, match="no more than in training"):
-        undo_factor(rng, factor("distractor"), base)
+    assert undo_factor(rng, factor("distractor"), base) == base  # no more objects than in training
+    assert undo_factor(rng, factor("position", target, "left"), base) == base  # already in its training region
+    assert undo_factor(rng, factor("object_attribute", target, "color=red"), base) == base
     with pytest.raises(VerifyError, match="task factor has no undo"):
         undo_factor(rng, factor("task"), ood)
     with pytest.raises(VerifyError, match="cannot undo position"):

@@ -296,7 +296,9 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
     the default start pose; instruction -> the canonical instruction; distractor -> the named non-goal
     object removed, else the non-goal objects beyond the training count, those most like the target (same
     colour, same shape, outside the training region of other objects) first; object_attribute -> a training colour, the training size range
-    (target) or a box; physics -> nominal friction, mass and drawer damping.
+    (target) or a box; physics -> nominal friction, mass and drawer damping. A factor already as in
+    training (the entity inside its training region, a training colour...) comes back unchanged: undoing it
+    cannot be what would fix the failure.
 
     Raises:
         VerifyError: the factor has no undo here (a task factor, an unknown entity, an edit that does not fit).
@@ -334,6 +336,9 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
             "target": "target_region", "goal": "goal_region", "alt": "alt_region", "other": "others_region"}[role]
         if key not in params:
             raise VerifyError(f"cannot undo {f.kind}={f.value!r}: family '{spec.family}' has no training {key}")
+        entity = next((e for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions) if e.name == name), None)
+        if entity is not None and REGIONS[params[key]].contains(*entity.pos, tol=0.005):
+            return spec  # already where training puts it
         return ops(("place_in_region", {"object": name, "region": params[key]}))
     if f.kind == "instruction":
         return spec.replace(instruction=canonical_instruction(spec))
@@ -342,12 +347,12 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
     if f.kind == "distractor":
         in_goal = set(goal_names(spec))
         others = [o for o in spec.objects if o.name not in in_goal]
+        excess = len(others) - int(params.get("n_others", (1, 3))[1])
+        if excess <= 0:
+            return spec  # no more non-goal objects than in training
         if f.entity in {o.name for o in others}:
             drop = {f.entity}
         else:  # the objects beyond the training count, the most target-like first
-            excess = len(others) - int(params.get("n_others", (1, 3))[1])
-            if excess <= 0:
-                raise VerifyError(f"cannot undo distractor: {len(others)} non-goal object(s), no more than in training")
             t = objects.get(target)
             home = REGIONS.get(str(params.get("others_region", "table")))
 
@@ -359,12 +364,19 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
         return edited(objects=[o.model_dump() for o in spec.objects if o.name not in drop])
     if f.kind == "object_attribute":
         attr = f.value.partition("=")[0].strip().lower()
+        entity = next((e for e in (*spec.objects, *spec.containers, *spec.drawers) if e.name == name), None)
         if attr in ("color", "colour"):
-            return ops(("recolor", {"object": name, "colors": list(SFT_COLORS if name in objects else SFT_FIXTURES)}))
+            colors = list(SFT_COLORS if name in objects else SFT_FIXTURES)
+            if entity is not None and getattr(entity, "color", None) in colors:
+                return spec
+            return ops(("recolor", {"object": name, "colors": colors}))
         if attr == "size" and name == target and name in objects:
-            return ops(("resize", {"object": name, "half": list(params.get("target_half", (0.02, 0.025)))}))
+            lo, hi = params.get("target_half", (0.02, 0.025))
+            if lo - 1e-6 <= min(objects[name].size[:2]) <= hi + 1e-6:
+                return spec
+            return ops(("resize", {"object": name, "half": [lo, hi]}))
         if attr == "shape" and name in objects:
-            return ops(("reshape", {"object": name, "shapes": ["box"]}))
+            return spec if objects[name].shape == "box" else ops(("reshape", {"object": name, "shapes": ["box"]}))
         raise VerifyError(f"cannot undo object_attribute {f.value!r} of '{name}'")
     damping = DrawerSpec.model_fields["damping"].default
     return edited(physics=PhysicsSpec().model_dump(),
