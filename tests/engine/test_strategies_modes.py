@@ -123,7 +123,10 @@ def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_train
 
     phase_train_round(ctx, 1, ckpt, generated, probes, [ctx.run_dir / "demos" / "round_000"], shaping_weight=1.0)
     episodes = list(DemoDataset(ctx.run_dir / "demos" / "round_001").episodes())
-    corrective = [e for e in episodes if e.corrective]
+    labelled = [e for e in episodes if e.corrective and any(c is not None for c in e.label_chunks or [])]
+    rollouts = [e for e in episodes if e.corrective and e not in labelled]  # the probes, for the critic (AWR)
+    corrective = labelled
+    assert len(rollouts) == len(probes) and not any(e.success for e in rollouts)
     starts = sorted(c.start_step for c in body.corrective)
     assert sorted(next(t for t, lab in enumerate(e.label_chunks) if lab is not None) for e in corrective) == [
         -(-s // cfg.policy.n_action_steps) * cfg.policy.n_action_steps for s in starts]
