@@ -123,9 +123,11 @@ def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_train
 
     phase_train_round(ctx, 1, ckpt, generated, probes, [ctx.run_dir / "demos" / "round_000"], shaping_weight=1.0)
     episodes = list(DemoDataset(ctx.run_dir / "demos" / "round_001").episodes())
-    labelled = [e for e in episodes if e.corrective and any(c is not None for c in e.label_chunks or [])]
-    rollouts = [e for e in episodes if e.corrective and e not in labelled]  # the probes, for the critic (AWR)
-    corrective = labelled
+    def labelled(e: Any) -> bool:
+        return any(c is not None for c in e.label_chunks or [])
+
+    corrective = [e for e in episodes if e.corrective and labelled(e)]
+    rollouts = [e for e in episodes if e.corrective and not labelled(e)]  # the probes, for the critic (AWR)
     assert len(rollouts) == len(probes) and not any(e.success for e in rollouts)
     starts = sorted(c.start_step for c in body.corrective)
     assert sorted(next(t for t, lab in enumerate(e.label_chunks) if lab is not None) for e in corrective) == [
