@@ -245,6 +245,12 @@ def test_undo_factor_puts_one_factor_back_as_in_training() -> None:
     assert undo_factor(rng, factor("distractor"), base) == base  # no more objects than in training
     assert undo_factor(rng, factor("position", target, "left"), base) == base  # already in its training region
     assert undo_factor(rng, factor("object_attribute", target, "color=red"), base) == base
+    push = sample_base("push", rng, SFT_PARAMS["push"])
+    (region_name,) = [r.name for r in push.regions if r.name == push.goal[0].args[1]]
+    moved = derive(rng, push, [("place_in_region", {"object": "goal", "region": "far_left"})])
+    back = undo_factor(rng, factor("position", region_name, "far_left"), moved)  # a goal region has a centre, not a pos
+    assert REGIONS[SFT_PARAMS["push"]["goal_region"]].contains(*back.entity(region_name).center)
+    assert undo_factor(rng, factor("position", region_name, "far_left"), push) == push
     with pytest.raises(VerifyError, match="task factor has no undo"):
         undo_factor(rng, factor("task"), ood)
     with pytest.raises(VerifyError, match="cannot undo position"):

@@ -337,7 +337,8 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
         if key not in params:
             raise VerifyError(f"cannot undo {f.kind}={f.value!r}: family '{spec.family}' has no training {key}")
         entity = next((e for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions) if e.name == name), None)
-        if entity is not None and REGIONS[params[key]].contains(*entity.pos, tol=0.005):
+        where = getattr(entity, "pos", None) or getattr(entity, "center", None)  # a goal region has a centre
+        if where is not None and REGIONS[params[key]].contains(*where, tol=0.005):
             return spec  # already where training puts it
         return ops(("place_in_region", {"object": name, "region": params[key]}))
     if f.kind == "instruction":
@@ -563,8 +564,8 @@ class Verifier:
         for _ in range(self.cfg.counterfactual_k):
             try:
                 undone = undo_factor(rng, trial.factor, spec)
-            except VerifyError as e:
-                return trial.model_copy(update={"undo_error": str(e)})
+            except CodaError as e:  # VerifyError, or a scene the edit leaves invalid
+                return trial.model_copy(update={"undo_error": str(e).splitlines()[0]})
             variants.setdefault(undone.spec_id, undone)
         changed = [v for sid, v in variants.items() if sid != spec.spec_id]
         if not changed:  # already as in training: undoing it changes nothing, so it did not cause the failure
