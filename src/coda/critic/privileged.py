@@ -61,7 +61,8 @@ RELEVANT: dict[str, tuple[str, ...]] = {
 }
 
 
-def _pos(spec: ScenarioSpec, name: str) -> tuple[float, float]:
+def entity_xy(spec: ScenarioSpec, name: str) -> tuple[float, float]:
+    """Where an entity sits on the table: an object's, container's or drawer's `pos`, a region's centre."""
     e = spec.entity(name)
     return e.center if isinstance(e, RegionSpec) else e.pos
 
@@ -72,7 +73,7 @@ def _nearest_other(spec: ScenarioSpec, near: str | None) -> str | None:
     others = [o for o in spec.objects if o.name not in goal]
     if not others:
         return None
-    ref = np.array(_pos(spec, near)) if near else np.zeros(2)
+    ref = np.array(entity_xy(spec, near)) if near else np.zeros(2)
     return min(others, key=lambda o: float(np.linalg.norm(np.array(o.pos) - ref))).name
 
 
@@ -81,7 +82,7 @@ def provenance_factor(spec: ScenarioSpec, tag: str) -> SceneFactor | None:
     parts = tag.split(":")
     target = spec.goal[0].args[0]
     if parts[0] == "position" and len(parts) == 2 and parts[1] in _names(spec):
-        x, y = _pos(spec, parts[1])
+        x, y = entity_xy(spec, parts[1])
         return SceneFactor(kind="position", entity=parts[1], value=grid_region_of(x, y),
                            detail=f"{entity_words(spec.entity(parts[1]))} sits at x={x:+.2f} y={y:+.2f}")
     if parts[0] == "instruction":

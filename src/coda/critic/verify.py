@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coda.critic.base import EpisodeRecord
 from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import CriticResult, Diagnosis, SceneFactor
-from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS
+from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS, entity_xy
 from coda.critic.trace import MOVED, TraceFacts, trace_facts
 from coda.errors import CodaError
 from coda.scene.spec import PALETTE, ScenarioSpec
@@ -336,9 +336,7 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
             "target": "target_region", "goal": "goal_region", "alt": "alt_region", "other": "others_region"}[role]
         if key not in params:
             raise VerifyError(f"cannot undo {f.kind}={f.value!r}: family '{spec.family}' has no training {key}")
-        entity = next((e for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions) if e.name == name), None)
-        where = getattr(entity, "pos", None) or getattr(entity, "center", None)  # a goal region has a centre
-        if where is not None and REGIONS[params[key]].contains(*where, tol=0.005):
+        if name in _entity_names(spec) and REGIONS[params[key]].contains(*entity_xy(spec, name), tol=0.005):
             return spec  # already where training puts it
         return ops(("place_in_region", {"object": name, "region": params[key]}))
     if f.kind == "instruction":
@@ -365,10 +363,9 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
         return edited(objects=[o.model_dump() for o in spec.objects if o.name not in drop])
     if f.kind == "object_attribute":
         attr = f.value.partition("=")[0].strip().lower()
-        entity = next((e for e in (*spec.objects, *spec.containers, *spec.drawers) if e.name == name), None)
         if attr in ("color", "colour"):
             colors = list(SFT_COLORS if name in objects else SFT_FIXTURES)
-            if entity is not None and getattr(entity, "color", None) in colors:
+            if name in _entity_names(spec) and getattr(spec.entity(name), "color", None) in colors:
                 return spec
             return ops(("recolor", {"object": name, "colors": colors}))
         if attr == "size" and name == target and name in objects:
@@ -382,6 +379,10 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
     damping = DrawerSpec.model_fields["damping"].default
     return edited(physics=PhysicsSpec().model_dump(),
                   drawers=[d.model_copy(update={"damping": damping}).model_dump() for d in spec.drawers])
+
+
+def _entity_names(spec: ScenarioSpec) -> set[str]:
+    return {e.name for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)}
 
 
 def _trial_reason(t: FactorTrial) -> str:
