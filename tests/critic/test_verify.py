@@ -9,7 +9,7 @@ from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.noisy import NoisyCritic
 from coda.critic.privileged import PrivilegedCritic
-from coda.critic.verify import Verifier, VerifyError, factor_ops, undo_factor
+from coda.critic.verify import Verifier, VerifyError, factor_ops, swapped_pairs, undo_factor
 from coda.scene.operators import derive
 from coda.sim.tabletop.experts import rollout_expert
 
@@ -48,7 +48,7 @@ def test_privileged_diagnoses_are_consistent(episodes, verifier) -> None:
         ("imprecise_placement", {"failure_mode": "premature_release"}, "never released more than"),
         ("no_progress", {"failure_mode": "detour"}, "the gripper travelled 0.00 m"),
         ("detour", {"failure_mode": "knocked_over"}, "no object tipped over"),
-        ("wrong_target", {"failure_mode": "no_progress", "stage_reached": "lift"}, "was lifted or moved"),
+        ("wrong_target", {"failure_mode": "no_progress", "stage_reached": "lift"}, "was carried"),
         ("drawer_not_operated", {"failure_mode": "wrong_object"}, "does not apply to a drawer goal"),
         ("premature_release", {"stage_reached": "none"}, "falls 3 stages short"),
     ],
@@ -216,6 +216,34 @@ def test_necessity_tells_the_moved_object_from_a_guessed_one(episodes) -> None:
     alone = Verifier(cfg.model_copy(update={"counterfactual_undo": False}), require=("counterfactual",)).check(
         d, ep, policy_success=_sft_layout_policy, base_scenes=bases)
     assert [t.factor for t in alone.trials if t.reproduced] == [right.factor, guessed.factor]
+
+
+def test_a_swapped_layout_is_applied_and_undone_as_one_swap(episodes) -> None:
+    """Goal and alternative container trade places: moving either alone collides with the other, so the
+    pair is tested as a swap (of roles in base scenes, back in the failed scene)."""
+    import dataclasses
+
+    from coda.scene.generators import sample_base
+    from coda.scene.splits import SFT_PARAMS
+
+    rng = np.random.default_rng(5)
+    bases = [sample_base("pick_place", rng, SFT_PARAMS["pick_place"]) for _ in range(4)]
+    swapped = derive(rng, bases[0], [("swap_positions", {"a": "goal", "b": "alt"})])
+    target, dest = swapped.goal[0].args
+    alt = next(c.name for c in swapped.containers if c.name != dest)
+    assert not _sft_layout_policy(swapped)
+    ep = dataclasses.replace(episodes["missed_grasp"], spec=swapped, episode_id="swapped")
+    pair = (SceneFactor(kind="position", entity=dest, value="near", detail="swapped"),
+            SceneFactor(kind="position", entity=alt, value="far", detail="swapped"))
+    assert swapped_pairs(pair, swapped) == {0: 1, 1: 0} and swapped_pairs(pair, bases[0]) == {}
+    d = swap(PrivilegedCritic().diagnose(episodes["missed_grasp"]), objects=(target,), factors=pair)
+    v = Verifier(CriticConfig(counterfactual_k=4), require=("counterfactual",)).check(
+        d, ep, policy_success=_sft_layout_policy, base_scenes=bases)
+    a, b = v.trials
+    assert a.ops == ({"op": "swap_positions", "args": {"a": "goal", "b": "alt"}},) and a.n == 4
+    assert a.sufficient and a.necessary and a.undone_n == 1 and a.undone_success_rate == 1.0
+    assert (a.swapped_with, b.swapped_with) == (alt, dest) and b.factor == pair[1] and b.reproduced
+    assert v.accepted and v.verified_factors == pair
 
 
 def test_undo_factor_puts_one_factor_back_as_in_training() -> None:

@@ -86,6 +86,7 @@ class FactorTrial(_Frozen):
     undone_success_rate: float | None = None
     necessary: bool | None = None  # undone in the failed scene, the policy then succeeds (None: could not run)
     reproduced: bool = False  # every test that ran passed, and at least one ran
+    swapped_with: str | None = None  # the entity it trades places with: the pair is tested as one swap
     error: str = ""  # why the factor could not be applied, if it could not
     undo_error: str = ""  # why it could not be undone, if it could not
 
@@ -184,8 +185,14 @@ def _generic(mode: str, f: TraceFacts) -> str | None:
     if f.drawer is not None:
         a, b, lo, hi = f.drawer_fractions or (0.0, 0.0, 0.0, 0.0)
         return None if hi - lo < 0.1 else f"the drawer moved over {hi - lo:.2f} of its travel"
-    if main in f.lifted or f.moved.get(main, 0.0) >= 2 * MOVED:
-        return f"the target {f.words(main)} was lifted or moved {f.moved.get(main, 0.0):.2f} m"
+    if f.spec.goal[0].name == "at_region":  # pushing the target elsewhere is no progress; near the goal it is
+        if f.end_dist is not None and f.end_dist <= IMPRECISE_DIST:
+            return f"the target {f.words(main)} ends {f.end_dist:.3f} m from the destination"
+        return None
+    if f.releases and (main in f.lifted or f.moved.get(main, 0.0) >= 2 * MOVED):
+        return f"the target {f.words(main)} was carried {f.moved.get(main, 0.0):.2f} m and let go"
+    if f.grasped.get(main, 0) and f.max_stage >= len(f.stage_kinds) - 1:
+        return f"the target {f.words(main)} was held over the destination"
     return None
 
 
@@ -289,6 +296,39 @@ def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[
     raise VerifyError(f"factor physics value {f.value!r}: expected friction_scale=x, mass_scale=x or damping")
 
 
+def training_region(name: str, spec: ScenarioSpec) -> str | None:
+    """The named region where the family's training distribution (`SFT_PARAMS`) puts an entity's role."""
+    from coda.scene.splits import SFT_PARAMS
+
+    params = SFT_PARAMS.get(spec.family, {})
+    role = role_of(name, spec)
+    objects = {o.name for o in spec.objects}
+    key = "goal_region" if (role == "target" and name not in objects) else {
+        "target": "target_region", "goal": "goal_region", "alt": "alt_region", "other": "others_region"}[role]
+    return params.get(key)
+
+
+def swapped_pairs(factors: Sequence[SceneFactor], spec: ScenarioSpec) -> dict[int, int]:
+    """Position factors (index -> partner index) whose entities sit in each other's training regions: a
+    swapped layout, which is applied and undone as one swap (moving either entity alone would collide)."""
+    from coda.scene.regions import REGIONS
+
+    names = _entity_names(spec)
+    pos = [i for i, f in enumerate(factors)
+           if f.kind in ("position", "region") and f.value != "robot_start" and f.entity in names]
+    pairs: dict[int, int] = {}
+    for i in pos:
+        for j in pos:
+            a, b = factors[i].entity, factors[j].entity
+            if i >= j or i in pairs or j in pairs or a == b or role_of(a, spec) == role_of(b, spec):
+                continue
+            ra, rb = training_region(a, spec), training_region(b, spec)  # type: ignore[arg-type]
+            if (ra in REGIONS and rb in REGIONS and REGIONS[ra].contains(*entity_xy(spec, b), tol=0.005)
+                    and REGIONS[rb].contains(*entity_xy(spec, a), tol=0.005)):
+                pairs[i], pairs[j] = j, i
+    return pairs
+
+
 def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) -> ScenarioSpec:
     """`spec` with one factor put back as the family's training distribution (`SFT_PARAMS`) has it.
 
@@ -331,14 +371,15 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
     if f.kind in ("position", "region"):
         if f.value == "robot_start":
             return edited(robot=RobotStart().model_dump())
-        role = role_of(name, spec)
-        key = "goal_region" if (role == "target" and name not in objects) else {
-            "target": "target_region", "goal": "goal_region", "alt": "alt_region", "other": "others_region"}[role]
-        if key not in params:
-            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: family '{spec.family}' has no training {key}")
-        if name in _entity_names(spec) and REGIONS[params[key]].contains(*entity_xy(spec, name), tol=0.005):
+        if name not in _entity_names(spec):
+            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: no entity '{name}' in the scene")
+        region = training_region(name, spec)
+        if region is None:
+            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: family '{spec.family}' has no training region "
+                              f"for the {role_of(name, spec)} '{name}'")
+        if REGIONS[region].contains(*entity_xy(spec, name), tol=0.005):
             return spec  # already where training puts it
-        return ops(("place_in_region", {"object": name, "region": params[key]}))
+        return ops(("place_in_region", {"object": name, "region": region}))
     if f.kind == "instruction":
         return spec.replace(instruction=canonical_instruction(spec))
     if f.kind == "task":
@@ -516,13 +557,31 @@ class Verifier:
             return CheckResult(name="counterfactual", status="not_run", reason=why), ()
         base_rate = 1.0 - float(np.mean([policy_success(s) for s in solved]))  # re-measured: no selection bias
         rng = np.random.default_rng(_seed(self.seed, episode.episode_id))
-        trials: list[FactorTrial] = []
-        for f in d.factors:
-            trial = self._sufficiency(f, episode.spec, solved, base_rate, policy_success, rng)
+        spec = episode.spec
+        pairs = swapped_pairs(d.factors, spec)
+        tested: dict[int, FactorTrial] = {}
+        for i, f in enumerate(d.factors):
+            if i in tested:
+                continue
+            other = d.factors[pairs[i]] if i in pairs else None
+            if other is None:
+                try:
+                    ops = factor_ops(f, spec, self.cfg.counterfactual_tier)
+                except VerifyError as e:
+                    ops, error = [], str(e)
+            else:  # a swapped layout: swap the two roles in base scenes, swap the pair back in this one
+                ops, error = [{"op": "swap_positions", "args": {"a": role_of(f.entity, spec), "b": role_of(other.entity, spec)}}], ""
+            trial = (self._sufficiency(f, ops, solved, base_rate, policy_success, rng) if ops
+                     else FactorTrial(factor=f, error=error))
             if self.cfg.counterfactual_undo:
-                trial = self._necessity(trial, episode.spec, policy_success, rng)
+                trial = self._necessity(trial, spec, policy_success, rng, swap_with=other)
             ran = [x for x in (trial.sufficient, trial.necessary) if x is not None]
-            trials.append(trial.model_copy(update={"reproduced": bool(ran) and all(ran)}))
+            trial = trial.model_copy(update={"reproduced": bool(ran) and all(ran),
+                                             "swapped_with": other.entity if other else None})
+            tested[i] = trial
+            if other is not None:
+                tested[pairs[i]] = trial.model_copy(update={"factor": other, "swapped_with": f.entity})
+        trials = [tested[i] for i in range(len(d.factors))]
         ok = [t for t in trials if t.reproduced]
         details: dict[str, Any] = {"base_scenes": len(solved), "base_failure_rate": base_rate, "margin": margin}
         for i, t in enumerate(trials):
@@ -534,15 +593,11 @@ class Verifier:
         return CheckResult(name="counterfactual", status="failed", reason=f"no factor reproduces the failure ({why})",
                            details=details), tuple(trials)
 
-    def _sufficiency(self, f: SceneFactor, spec: ScenarioSpec, solved: Sequence[ScenarioSpec], base_rate: float,
-                     policy_success: PolicySuccess, rng: np.random.Generator) -> FactorTrial:
-        """The factor applied alone to solved base scenes: do they now fail clearly more often?"""
+    def _sufficiency(self, f: SceneFactor, ops: Sequence[dict[str, Any]], solved: Sequence[ScenarioSpec],
+                     base_rate: float, policy_success: PolicySuccess, rng: np.random.Generator) -> FactorTrial:
+        """The factor (operator calls `ops`) applied alone to solved base scenes: do they now fail clearly more often?"""
         from coda.scene.operators import derive
 
-        try:
-            ops = factor_ops(f, spec, self.cfg.counterfactual_tier)
-        except VerifyError as e:
-            return FactorTrial(factor=f, error=str(e))
         outcomes, errors = [], []
         for base in solved:
             try:
@@ -559,12 +614,18 @@ class Verifier:
                            factor_failure_rate=rate, sufficient=rate - base_rate >= self.cfg.counterfactual_margin)
 
     def _necessity(self, trial: FactorTrial, spec: ScenarioSpec, policy_success: PolicySuccess,
-                   rng: np.random.Generator) -> FactorTrial:
-        """The factor undone in the failed scene itself (up to K distinct variants): does the policy now succeed?"""
+                   rng: np.random.Generator, swap_with: SceneFactor | None = None) -> FactorTrial:
+        """The factor undone in the failed scene itself (up to K distinct variants; a swapped pair: swapped
+        back, one variant): does the policy now succeed?"""
+        from coda.scene.operators import derive
+
         variants: dict[str, ScenarioSpec] = {}
-        for _ in range(self.cfg.counterfactual_k):
+        for _ in range(1 if swap_with is not None else self.cfg.counterfactual_k):
             try:
-                undone = undo_factor(rng, trial.factor, spec)
+                if swap_with is not None:
+                    undone = derive(rng, spec, [("swap_positions", {"a": trial.factor.entity, "b": swap_with.entity})])
+                else:
+                    undone = undo_factor(rng, trial.factor, spec)
             except CodaError as e:  # VerifyError, or a scene the edit leaves invalid
                 return trial.model_copy(update={"undo_error": str(e).splitlines()[0]})
             variants.setdefault(undone.spec_id, undone)

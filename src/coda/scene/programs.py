@@ -124,19 +124,23 @@ def _base_scene(program: GenerationProgram, rng: np.random.Generator, i: int) ->
     return sample_base(base.family, rng, base.params)
 
 
-def _make(program: GenerationProgram, rng: np.random.Generator, i: int) -> ScenarioSpec:
-    spec = _base_scene(program, rng, i)
-    parent = spec.spec_id
+def _make_pair(program: GenerationProgram, rng: np.random.Generator, i: int) -> tuple[ScenarioSpec, ScenarioSpec]:
+    base = spec = _base_scene(program, rng, i)
     for call in program.ops:
         spec = apply_operator(rng, spec, call.op, call.args)
     prov = spec.provenance.model_copy(
-        update={"program": program.name, "parent": parent if program.ops else spec.provenance.parent}
+        update={"program": program.name, "parent": base.spec_id if program.ops else spec.provenance.parent}
     )
-    return spec.replace(provenance=prov)
+    return spec.replace(provenance=prov), base
 
 
-def make_scene(program: GenerationProgram, i: int) -> ScenarioSpec:
-    """Scene `i` of a program (the same scene `run_program` returns at index i).
+def _make(program: GenerationProgram, rng: np.random.Generator, i: int) -> ScenarioSpec:
+    return _make_pair(program, rng, i)[0]
+
+
+def scene_with_base(program: GenerationProgram, i: int) -> tuple[ScenarioSpec, ScenarioSpec]:
+    """Scene `i` of a program and the base scene its operators were applied to (the scene itself when the
+    program has no operators): with a split as base, the paired scene without the program's edits.
 
     Raises:
         ProgramError: every one of `max_attempts` draws failed; the message carries the last reason.
@@ -145,12 +149,21 @@ def make_scene(program: GenerationProgram, i: int) -> ScenarioSpec:
     for attempt in range(program.max_attempts):
         rng = np.random.default_rng([program.seed, i, attempt])
         try:
-            return _make(program, rng, i)
+            return _make_pair(program, rng, i)
         except _RETRYABLE as e:
             last = e
     raise ProgramError(
         f"program '{program.name}': scene {i} failed all {program.max_attempts} attempts; last error: {last}"
     )
+
+
+def make_scene(program: GenerationProgram, i: int) -> ScenarioSpec:
+    """Scene `i` of a program (the same scene `run_program` returns at index i).
+
+    Raises:
+        ProgramError: every one of `max_attempts` draws failed; the message carries the last reason.
+    """
+    return scene_with_base(program, i)[0]
 
 
 def iter_program(program: GenerationProgram, start: int = 0) -> Iterator[ScenarioSpec]:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from coda.errors import CodaError, SchemaVersionError
-from coda.scene.programs import GenerationProgram, iter_program, make_scene
+from coda.scene.programs import GenerationProgram, iter_program, make_scene, scene_with_base
 from coda.scene.spec import FAMILIES, SCHEMA_VERSION, ScenarioSpec, SpecError
 
 SPLITS_VERSION = 1  # bump whenever generated split contents change
@@ -201,6 +201,30 @@ def make_split(family: str, split: str, n: int, seed: int) -> list[ScenarioSpec]
         raise SplitError(f"n = {n}: a split needs at least one scene")
     program = split_program(family, split, n, seed)
     return [_tag(make_scene(program, i), split) for i in range(n)]
+
+
+def paired_base(spec: ScenarioSpec, seed: int, max_candidates: int = 200) -> ScenarioSpec:
+    """The `sft` scene an OOD split's scene was derived from: the same scene without the split's edit.
+
+    Args:
+        spec: a scene of an OOD split (`provenance.split`), generated with `seed`.
+        seed: the split's seed.
+        max_candidates: how far down the split's candidate stream to look for `spec`.
+
+    Raises:
+        SplitError: `spec` is not an OOD split's scene, or it is not among the first `max_candidates`
+            candidates of its split at `seed`.
+    """
+    split = spec.provenance.split
+    if split not in OOD_SPLITS:
+        raise SplitError(f"provenance.split = {split!r}: paired_base needs a scene of an OOD split {list(OOD_SPLITS)}")
+    program = split_program(spec.family, split, 1, seed)
+    for i in range(max_candidates):
+        scene, base = scene_with_base(program, i)
+        if _tag(scene, split).spec_id == spec.spec_id:
+            return base
+    raise SplitError(f"scene {spec.spec_id} is not among the first {max_candidates} candidates of "
+                     f"{spec.family}/{split} at seed {seed}")
 
 
 # ---- validity-filtered splits ----------------------------------------------------------------------
