@@ -18,8 +18,14 @@ the compiled potential along expert demos).
 Ground truth, per failed episode
 --------------------------------
 factor
-    The OOD scene's `provenance.factors`: the single factor its split changed (two tags when a layout was
-    swapped). A diagnosis's factor matches when it names the factor the scene operators would vary: same
+    Causal: the OOD scene's `provenance.factors` (the single factor its split changed; two tags when a
+    layout was swapped) *if that edit caused the failure*, else none. Every OOD scene is its split's paired
+    `sft` scene plus one edit (`coda.scene.splits.paired_base`); the edit caused the failure when the same
+    policy solves the paired scene. A policy that also fails without the edit fails for a reason no scene
+    factor names, and any factor a diagnosis gives for it is wrong. (The tags alone — "provenance" truth,
+    also written — count such a failure's split factor as right; the verifier's necessity test makes the
+    same kind of intervention, but in the failed scene, with the factor re-sampled from the training
+    distribution rather than the exact paired scene.) A diagnosis's factor matches when it names the factor the scene operators would vary: same
     kind (``position:X`` and ``robot_start`` -> position, ``instruction`` (reworded) -> instruction,
     ``task`` (another goal in the same layout) -> task, ``object:X:attr`` -> object_attribute,
     ``distractor``, ``physics:p``), the same entity where the edit targets one (position,
@@ -51,7 +57,8 @@ Scores (per critic)
 -------------------
 ``before`` — precision over all diagnosed failures; ``after`` — precision among diagnoses the verifier
 accepted (null when none was); ``correct_rejected_fraction`` — fraction of fully correct diagnoses (mode,
-object and factor all match) the verifier rejected. Also written: ``n_accepted``, ``n_correct``,
+object and factor all match) the verifier rejected. ``provenance_truth`` repeats the three with the
+provenance tags as factor truth. Also written: ``n_accepted``, ``n_correct``,
 ``verified_factor_precision`` (first verified factor of accepted diagnoses), ``rejected_by`` (failed
 check counts) and, for ``noisy``, the share of corrupted diagnoses rejected, per corruption kind.
 
@@ -140,7 +147,9 @@ class Truth:
 
     mode: str
     objects: frozenset[str]
-    factors: tuple[TrueFactor, ...]
+    factors: tuple[TrueFactor, ...]  # causal: the split's factors when its edit caused the failure, else ()
+    tagged: tuple[TrueFactor, ...] = ()  # the scene's provenance factors
+    causal: bool | None = None  # the policy solves the paired sft scene (None: not measured)
 
 
 def true_factors(tags: Sequence[str]) -> tuple[TrueFactor, ...]:
@@ -243,10 +252,12 @@ def true_objects(f: TraceFacts, mode: str) -> frozenset[str]:
     return frozenset({main, *extra} - {None})  # type: ignore[arg-type]
 
 
-def ground_truth(f: TraceFacts) -> Truth:
-    """Ground truth of a failed episode from its trace facts and its scene's provenance."""
+def ground_truth(f: TraceFacts, paired_solved: bool | None = None) -> Truth:
+    """Ground truth of a failed episode from its trace facts, its scene's provenance and whether the policy
+    solves the paired sft scene (None: provenance alone)."""
     mode = reference_mode(f)
-    return Truth(mode, true_objects(f, mode), true_factors(f.spec.provenance.factors))
+    tagged = true_factors(f.spec.provenance.factors)
+    return Truth(mode, true_objects(f, mode), tagged if paired_solved is not False else (), tagged, paired_solved)
 
 
 @dataclass(frozen=True)
@@ -256,6 +267,7 @@ class Marks:
     mode: bool
     object: bool
     factor: bool
+    factor_tagged: bool = False  # against the provenance tags
 
     @property
     def correct(self) -> bool:
@@ -272,7 +284,8 @@ def score(d: CriticResult, truth: Truth) -> Marks:
         return Marks(False, False, False)
     obj = bool(d.objects) and d.objects[0] in truth.objects
     fac = bool(d.factors) and any(factor_matches(d.factors[0], t) for t in truth.factors)
-    return Marks(d.failure_mode == truth.mode, obj, fac)
+    tagged = bool(d.factors) and any(factor_matches(d.factors[0], t) for t in truth.tagged)
+    return Marks(d.failure_mode == truth.mode, obj, fac, tagged)
 
 
 @dataclass
@@ -285,6 +298,7 @@ class Row:
     failed_checks: tuple[str, ...] = ()  # "check:status" of each check that did not pass
     verified_factor: bool | None = None  # first verified factor matches (None: nothing verified)
     corruption: str | None = None  # noisy critic: the corruption kind applied, if any
+    caused: bool | None = None  # the split's edit caused the failure (truth.causal)
 
 
 def _rate(hits: Sequence[bool]) -> float | None:
@@ -303,7 +317,8 @@ def by_split(rows: Sequence[Row]) -> dict[str, dict[str, Any]]:
         mine = [r for r in rows if r.episode_id.split("/")[1] == split]
         acc = [r for r in mine if r.accepted]
         out[split] = {"n": len(mine), "n_accepted": len(acc), "factor_before": _rate([r.marks.factor for r in mine]),
-                      "factor_after": _rate([r.marks.factor for r in acc])}
+                      "factor_after": _rate([r.marks.factor for r in acc]),
+                      "n_caused": sum(bool(r.caused) for r in mine)}
     return out
 
 
@@ -318,6 +333,13 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
         "correct_rejected_fraction": _rate([not r.accepted for r in correct]),
         "n_accepted": len(accepted),
         "n_correct": len(correct),
+        "n_caused": sum(bool(r.caused) for r in rows),
+        "provenance_truth": {
+            "before": {"factor_precision": _rate([r.marks.factor_tagged for r in rows])},
+            "after": {"factor_precision": _rate([r.marks.factor_tagged for r in accepted])},
+            "correct_rejected_fraction": _rate([not r.accepted for r in rows
+                                                if r.marks.mode and r.marks.object and r.marks.factor_tagged]),
+        },
         "verified_factor_precision": _rate([bool(r.verified_factor) for r in accepted]),
         "rejected_by": dict(sorted(Counter(c for r in rows for c in r.failed_checks).items())),
         "by_split": by_split(rows),
@@ -457,7 +479,7 @@ def collect_failures(checkpoint: Path, families: Sequence[str], sizes: Sizes, cf
     from coda.critic.trace import trace_facts
     from coda.engine.rollout import evaluate_checkpoint
     from coda.engine.round import replay_states
-    from coda.scene.splits import OOD_SPLITS, build_split
+    from coda.scene.splits import OOD_SPLITS, build_split, paired_base
     from coda.sim.backends import make_env
 
     jobs: list[tuple[str, str, int, ScenarioSpec]] = []
@@ -494,11 +516,18 @@ def collect_failures(checkpoint: Path, families: Sequence[str], sizes: Sizes, cf
                 out.episodes.append(EpisodeRecord(episode_id=eid, spec=spec, success=False, steps=len(ro.actions),
                                                   states=tuple(states), outcome="timeout"))
                 out.facts[eid] = facts
-                out.truths[eid] = ground_truth(facts)
                 out.failed.setdefault(family, {}).setdefault(split, 0)
                 out.failed[family][split] += 1
     finally:
         env.close()
+    # causal truth: does the same policy solve each failure's paired sft scene (the scene without the edit)?
+    paired = [paired_base(ep.spec, EVAL_SEED) for ep in out.episodes]
+    with progress_bar(console) as bar:
+        task = bar.add_task("paired sft scenes", total=len(paired))
+        solved = evaluate_checkpoint(checkpoint, paired, cfg.sim, workers=workers, record_states=False,
+                                     on_done=lambda i, _: bar.advance(task))
+    for ep, ro in zip(out.episodes, solved):
+        out.truths[ep.episode_id] = ground_truth(out.facts[ep.episode_id], bool(ro.success))
     return out
 
 
@@ -539,12 +568,13 @@ def run_critic(name: str, failures: Failures, verifier: Any, policy_success: Cal
             failed_checks=tuple(f"{c.name}:{c.status}" for c in v.checks if c.status != "passed") if v.checks
             else ("critic_answer:rejected",),
             verified_factor=any(factor_matches(vf[0], t) for t in truth.factors) if vf else None,
-            corruption=corruption.kind if corruption else None,
+            corruption=corruption.kind if corruption else None, caused=truth.causal,
         ))
         if dump is not None:
             dump.write(json.dumps({
-                "critic": name, "episode_id": ep.episode_id, "truth": {"mode": truth.mode, "objects": sorted(truth.objects),
-                                                                       "factors": [vars(t) for t in truth.factors]},
+                "critic": name, "episode_id": ep.episode_id,
+                "truth": {"mode": truth.mode, "objects": sorted(truth.objects), "causal": truth.causal,
+                          "factors": [vars(t) for t in truth.factors], "tagged": [vars(t) for t in truth.tagged]},
                 "marks": vars(rows[-1].marks), "diagnosis": d.model_dump(mode="json"), "verdict": v.model_dump(mode="json"),
             }, sort_keys=True) + "\n")
         bar.advance(task)
@@ -583,6 +613,15 @@ def print_table(console: Console, results: dict[str, Any], title: str) -> None:
                       _fmt(r["correct_rejected_fraction"]), _fmt(cor))
     console.print(table)
     console.print("mode / object / factor: precision over all diagnoses; ✓: among diagnoses the verifier accepted")
+    table = Table(title="Factor precision and correct diagnoses rejected, with the provenance tags as factor truth")
+    for col in ("critic", "factor", "factor ✓", "correct rejected"):
+        table.add_column(col, justify="left" if col == "critic" else "right")
+    for name, r in results.items():
+        if name != "meta":
+            pt = r["provenance_truth"]
+            table.add_row(name, _fmt(pt["before"]["factor_precision"]), _fmt(pt["after"]["factor_precision"]),
+                          _fmt(pt["correct_rejected_fraction"]))
+    console.print(table)
     critics = [k for k in results if k != "meta"]
     splits = sorted({sp for k in critics for sp in results[k]["by_split"]})
     table = Table(title="Factor precision per OOD split: before → after verification (accepted / n)")
@@ -594,7 +633,8 @@ def print_table(console: Console, results: dict[str, Any], title: str) -> None:
         for sp in splits:
             c = results[k]["by_split"].get(sp)
             cells.append("—" if c is None else
-                         f"{_fmt(c['factor_before'])} → {_fmt(c['factor_after'])} ({c['n_accepted']}/{c['n']})")
+                         f"{_fmt(c['factor_before'])} → {_fmt(c['factor_after'])} ({c['n_accepted']}/{c['n']}, "
+                         f"{c['n_caused']} caused)")
         table.add_row(k, *cells)
     console.print(table)
 
@@ -679,6 +719,10 @@ def main(argv: list[str] | None = None) -> int:
         "failures": failures.failed,
         "skipped": failures.skipped,
         "reference_modes": dict(sorted(Counter(t.mode for t in failures.truths.values()).items())),
+        "caused_by_split_edit": {sp: {"failures": sum(e.split("/")[1] == sp for e in failures.truths),
+                                      "paired_sft_solved": sum(e.split("/")[1] == sp and bool(t.causal)
+                                                               for e, t in failures.truths.items())}
+                                 for sp in sorted({e.split("/")[1] for e in failures.truths})},
         "reference_vs_privileged_decision_list": decision_list_agreement(failures),
         "base_scenes": {"offered": {f: sum(s.family == f for s in base) for f in args.families},
                         "tried": base_tried, "solved": base_solved},
@@ -686,7 +730,8 @@ def main(argv: list[str] | None = None) -> int:
         "checks": ["consistency", "counterfactual", "potential"],
         "note": ("privileged mode precision measures agreement between two orderings of the same trace predicates "
                  "(the reference procedure and the critic's decision list); the privileged critic also reads the "
-                 "scene's provenance factors, the ground truth of the factor field"),
+                 "scene's provenance factors, which are the factor truth only where the split's edit caused the failure "
+                 "(the policy solves the paired sft scene)"),
         "load_average": {"start": list(load_start), "end": list(os.getloadavg())},
         "cpus": os.cpu_count(),
     }
