@@ -21,6 +21,7 @@ from coda.scene.splits import (
     SplitError,
     build_split,
     make_split,
+    paired_base,
     read_split,
     write_split,
 )
@@ -115,6 +116,20 @@ def test_ood_splits_are_sft_plus_one_factor(family: str) -> None:
         assert s.provenance.factors == ("distractor",)
     for s in split(family, "position"):
         assert all(f.startswith(("position:", "robot_start")) for f in s.provenance.factors)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_paired_base_is_the_scene_without_the_split_edit(family: str) -> None:
+    for name in ("position", "object", "physics"):
+        for s in split(family, name):
+            base = paired_base(s, seed=3)
+            assert base.spec_id == s.provenance.parent and base.provenance.split == "sft" and base.family == family
+            assert name == "position" or _positions(base) == _positions(s)
+    sft = split(family, "sft")
+    with pytest.raises(SplitError, match="provenance.split = 'sft'"):
+        paired_base(sft[0], seed=3)
+    with pytest.raises(SplitError, match="not among the first 3 candidates"):
+        paired_base(split(family, "physics")[0], seed=4, max_candidates=3)
 
 
 def test_position_split_leaves_the_sft_spots() -> None:
