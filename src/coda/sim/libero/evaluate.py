@@ -15,7 +15,6 @@ target into the OSC_POSE delta that moves the grip site towards it, pointing dow
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,9 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from coda.sim.libero.errors import LiberoError
-from coda.sim.libero.experts import DOWN_Y, POS_SCALE, ROT_SCALE, _rotvec, expert_for
+from coda.sim.libero.experts import expert_for
 from coda.sim.libero.scenario import LiberoScenario
 from coda.sim.libero.state import LiberoState
+from coda.sim.libero.targets import target_to_action
 
 if TYPE_CHECKING:
     from coda.sim.libero.env import LiberoEnv
@@ -38,29 +38,6 @@ class EpisodePolicy(Protocol):
     def reset(self) -> None: ...
 
     def act(self, obs: dict[str, Any], state: LiberoState) -> np.ndarray: ...
-
-
-def target_to_action(target: Sequence[float], state: LiberoState, gain: float = 1.0) -> np.ndarray:
-    """The OSC_POSE delta (7,) that moves the grip site towards a 5-D absolute target.
-
-    Args:
-        target: (x, y, z, yaw, grip): grip site position (world, m), heading of the grip site's x axis about
-            the vertical as the observation gives it (`LiberoState.eef_yaw`; pi/2 is the expert's pose, fingers
-            closing along world y), pointing down, and grip (1 open .. 0 closed, as in the tabletop backend;
-            below 0.5 closes).
-        state: the current state (grip site pose).
-        gain: proportional gain on the position error.
-    """
-    t = np.asarray(target, dtype=np.float64).reshape(-1)
-    if t.shape != (5,) or not np.all(np.isfinite(t)):
-        raise LiberoError(f"target must be 5 finite numbers (x, y, z, yaw, grip), got {t.tolist()}")
-    a = np.zeros(7)
-    a[:3] = np.clip(gain * (t[:3] - state.eef_pos) / POS_SCALE, -1.0, 1.0)
-    c, s = math.cos(t[3] - math.pi / 2), math.sin(t[3] - math.pi / 2)  # DOWN_Y has heading pi/2
-    yaw = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
-    a[3:6] = np.clip(_rotvec(yaw @ DOWN_Y @ state.eef_rot.T) / ROT_SCALE, -1.0, 1.0)
-    a[6] = 1.0 if t[4] < 0.5 else -1.0
-    return a.astype(np.float32)
 
 
 class TargetPolicyAdapter:

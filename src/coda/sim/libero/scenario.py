@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from coda.sim.libero.errors import LiberoError
@@ -31,6 +33,17 @@ class LiberoScenario:
             raise LiberoError(f"scenario init_state = {self.init_state!r} must be None or an int >= 0")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
             raise LiberoError(f"scenario seed = {self.seed!r} must be an int in [0, 2**32)")
+
+    @property
+    def spec_id(self) -> str:
+        """Content hash (16 hex chars) of the scenario: its identity in datasets and records."""
+        key = json.dumps([self.suite, self.task_id, self.bddl, self.init_state, self.seed])
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    @property
+    def family(self) -> str:
+        """The suite, the scenario's family in datasets and statistics."""
+        return self.suite
 
     @property
     def is_official(self) -> bool:
