@@ -8,8 +8,10 @@
     another object was grasped and is implicated; slip: the target left closed jaws; premature_release /
     imprecise_placement: the target was released far from / near the destination; wrong_target: it rests
     in another entity; knocked_over: an object tipped; collision: the fingers touched a non-goal entity or
-    moved one; no_progress: the target was hardly advanced; detour: the gripper travelled far;
-    drawer_not_operated: a drawer goal is unmet); the entity the mode is about is implicated.
+    moved one; no_progress: the target was hardly advanced — a push target moved but not near its goal, a
+    target held but not carried over the destination; detour: the gripper travelled far;
+    drawer_not_operated: a drawer goal is unmet); the entity the mode is about is implicated (the target
+    for every mode about its progress, no_progress and detour included).
 (b) **counterfactual** — for each implicated factor, two single-factor tests with the current policy:
     *sufficiency*: K base scenes of the same family that the policy solves, each with only that factor
     applied by scene operators (`factor_ops`: an `instruction` factor rewords the instruction, a `task`
@@ -200,7 +202,7 @@ def _central(d: Diagnosis, f: TraceFacts) -> str | None:
     """The entity a mode is about must be implicated."""
     main = f.drawer or f.target
     about_main = ("missed_grasp", "slip_during_transport", "premature_release", "imprecise_placement",
-                  "wrong_target", "drawer_not_operated")
+                  "wrong_target", "drawer_not_operated", "no_progress", "detour")
     if d.failure_mode in about_main and main not in d.objects:
         return f"'{d.failure_mode}' is about {f.words(main or '')}, which the diagnosis does not implicate"
     return None
