@@ -177,7 +177,7 @@ def _eval_libero(checkpoint: Path | None, suite: str, tasks: list[int] | None, n
 
         overrides = {"value_guided_samples": value_guided} if value_guided is not None else None
         policy = load_policy(checkpoint, overrides=overrides)
-        policy_for = lambda env: TargetPolicyAdapter(policy)  # noqa: E731
+        policy_for = lambda env: TargetPolicyAdapter(policy, env=env)  # noqa: E731
         who = str(checkpoint)
     env = LiberoEnv(config=cfg.sim.model_copy(update={"backend": "libero"}))
     try:

@@ -41,14 +41,26 @@ class EpisodePolicy(Protocol):
 
 
 class TargetPolicyAdapter:
-    """A policy of 5-D absolute targets (`reset()`, `select_action(obs) -> (5,)`) acting in LIBERO."""
+    """A policy of 5-D absolute targets (`reset()`, `select_action(obs) -> (5,)`) acting in LIBERO.
 
-    def __init__(self, policy: Any, gain: float = 1.0) -> None:
+    With `env`, a policy whose `reset` takes a seed is reseeded per episode from the env's scenario
+    (`coda.engine.rollout.episode_seed`), so sampled chunks depend on the scenario, not on the order.
+    """
+
+    def __init__(self, policy: Any, gain: float = 1.0, env: "LiberoEnv | None" = None) -> None:
         self.policy = policy
         self.gain = gain
+        self.env = env
 
     def reset(self) -> None:
-        self.policy.reset()
+        import inspect
+
+        if self.env is not None and "seed" in inspect.signature(self.policy.reset).parameters:
+            from coda.engine.rollout import episode_seed
+
+            self.policy.reset(seed=episode_seed(self.env.scenario))  # type: ignore[arg-type]
+        else:
+            self.policy.reset()
 
     def act(self, obs: dict[str, Any], state: LiberoState) -> np.ndarray:
         return target_to_action(self.policy.select_action(obs), state, self.gain)
