@@ -12,12 +12,21 @@ from coda.sim.libero.experts import pick_place_task, rollout_expert  # noqa: E40
 from coda.sim.libero.scenario import LiberoScenario  # noqa: E402
 
 
-@pytest.mark.parametrize("suite", ["libero_object", "libero_spatial"])
-def test_expert_solves_an_official_init_state(env: LiberoEnv, suite: str) -> None:
-    episode = rollout_expert(env, LiberoScenario(suite, 0, init_state=0))
-    assert episode.success, f"expert failed {suite} task 0 init state 0 after {episode.steps} steps"
+@pytest.mark.parametrize("suite,task", [("libero_object", 0), ("libero_spatial", 0), ("libero_spatial", 4)])
+def test_expert_solves_an_official_init_state(env: LiberoEnv, suite: str, task: int) -> None:
+    """libero_spatial task 4: the bowl in the cabinet's top layer is grasped from the robot's side with the
+    fingers closing along x (heading 0); elsewhere bowls are grasped on their +y rim (heading pi/2)."""
+    from coda.sim.libero.experts import HEADING_Y, expert_for, in_compartment
+
+    episode = rollout_expert(env, LiberoScenario(suite, task, init_state=0))
+    assert episode.success, f"expert failed {suite} task {task} init state 0 after {episode.steps} steps"
     assert episode.steps < env.max_steps
     assert env.predicates()[next(iter(env.predicates()))] is True  # the goal predicate itself holds
+    env.reset_to(LiberoScenario(suite, task, init_state=0))
+    expert = expert_for(env)
+    expert.act(env.state())
+    assert in_compartment(env.state(), expert.task.obj) == (task == 4)
+    assert expert.heading == (0.0 if task == 4 else HEADING_Y)
 
 
 def test_pick_place_task_reads_the_goal() -> None:

@@ -4,10 +4,12 @@ libero_spatial and the pick-and-place tasks of other suites).
 Waypoints (grip site targets): above the grasp point, down to it, close, lift to the carry height, over
 the place point, down to the release height, open, up. Each control step is a proportional OSC_POSE delta
 towards the current waypoint (positions re-read from the state every step, so a nudged object is followed)
-with the orientation held at "pointing down, fingers closing along world y".
+with the orientation held pointing down, fingers closing along world y (heading pi/2 in
+`LiberoState.eef_yaw` terms), or along world x (heading 0) for a bowl in a cabinet compartment.
 
-Grasps: bowls by the rim on their +y side (the fingers close across the wall; a centre grasp does not fit
-the jaws), everything else at its centre (tall objects 3 cm below their top). The carry height clears the
+Grasps: bowls by the rim (the fingers close across the wall; a centre grasp does not fit the jaws) on
+their +y side, or, when the bowl sits inside a fixture's bounding box (a cabinet layer, whose walls block
+fingers closing along y), on the side facing the robot (-x) with the fingers closing along x; everything else at its centre (tall objects 3 cm below their top). The carry height clears the
 tallest movable object with the held one hanging below the fingers; lower carries knock the basket handle.
 """
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
 POS_SCALE, ROT_SCALE = 0.05, 0.5  # OSC_POSE: metres / radians per unit action
 DOWN_Y = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])  # grip site x = world y, z down
+HEADING_Y = float(np.pi / 2)  # heading of DOWN_Y (LiberoState.eef_yaw): fingers closing along world y
 RIM_BACKOFF = 0.004  # grasp this far inside a bowl's outer radius, m
 RIM_DEPTH = 0.02  # grasp this far below a bowl's rim, m
 TALL_GRASP_BELOW_TOP = 0.03  # grasp tall objects this far below their top, m
@@ -42,6 +45,24 @@ CARRY_SPEED = 0.7  # largest translation action while holding (0.035 m per step)
 LOST_STEPS, MAX_RETRIES = 3, 2  # steps without the object in hand before grasping again; retries allowed
 SETTLED_SPEED = 0.003  # grip site travel per step under which a reached waypoint counts (m)
 STALL_STEPS, STALL_SPEED, STALL_ERROR = 5, 0.001, 0.025  # a waypoint within 2.5 cm where the arm stopped counts as reached
+
+
+def yaw_rotation(angle: float) -> np.ndarray:
+    """Rotation by `angle` about the world z axis."""
+    c, s = float(np.cos(angle)), float(np.sin(angle))
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def in_compartment(s: LiberoState, name: str) -> bool:
+    """Whether an object sits inside a fixture's bounding box (a cabinet layer): its centre within the
+    fixture's horizontal extent and below the fixture's top."""
+    i = s.index[name]
+    c = s.center[i]
+    for j in np.flatnonzero(s.fixture):
+        f, h = s.center[j], s.half[j]
+        if np.all(np.abs(c[:2] - f[:2]) <= h[:2]) and f[2] - h[2] <= c[2] <= f[2] + h[2]:
+            return True
+    return False
 
 
 def _rotvec(r: np.ndarray) -> np.ndarray:
@@ -102,28 +123,34 @@ class PickPlaceExpert:
     retries: int = 0  # grasps started again after the object was lost
     _hang: float = 0.0  # grip site height above the held object's bottom, m
     _pick_bottom: float = -np.inf  # the picked object's bottom before it was lifted (world z, m)
+    heading: float | None = None  # grip site heading held (eef_yaw convention), chosen at the first act()
 
     PHASES = ("above", "down", "close", "lift", "over", "lower", "open", "up", "done")
 
     def reset(self) -> None:
         self.phase, self._in_phase, self._integral, self._last, self._still = 0, 0, None, None, 0
-        self._lost, self.retries = 0, 0
+        self._lost, self.retries, self.heading = 0, 0, None
 
     @property
     def done(self) -> bool:
         return self.PHASES[self.phase] == "done"
+
+    def _orientation(self) -> np.ndarray:
+        """Target grip site orientation: pointing down with the chosen heading."""
+        return yaw_rotation((self.heading if self.heading is not None else HEADING_Y) - HEADING_Y) @ DOWN_Y
 
     def _grasp_point(self, s: LiberoState) -> np.ndarray:
         i = s.index[self.task.obj]
         c, h = s.center[i], s.half[i]
         p = c.copy()
         category = s.texts[i]
-        if "bowl" in category:  # rim point on the +y side, 2 cm below the rim, in the bowl's own frame
+        if "bowl" in category:  # rim point on the chosen side, 2 cm below the rim, in the bowl's own frame
             rot, lo, hi = s.rot[i], s.local_lo[i], s.local_hi[i]
             axis = rot[:, 2]
             radius = float(np.mean(hi[:2] - lo[:2])) / 2
             rim_centre = s.body_pos[i] + rot @ np.array([(lo[0] + hi[0]) / 2, (lo[1] + hi[1]) / 2, hi[2]])
-            side = np.array([0.0, 1.0, 0.0]) - axis[1] * axis
+            v = np.array([0.0, 1.0, 0.0]) if self.heading != 0.0 else np.array([-1.0, 0.0, 0.0])
+            side = v - float(axis @ v) * axis
             side /= max(float(np.linalg.norm(side)), 1e-9)
             p = rim_centre + (radius - RIM_BACKOFF) * side - RIM_DEPTH * axis
         elif h[2] > 0.05:
@@ -176,6 +203,8 @@ class PickPlaceExpert:
     def act(self, s: LiberoState) -> np.ndarray:
         """The next action (float32 (7,)) for state `s`; advances the phase when its waypoint is reached,
         and starts the grasp again (at most MAX_RETRIES times) when the carried object was lost."""
+        if self.heading is None:
+            self.heading = 0.0 if in_compartment(s, self.task.obj) else HEADING_Y
         name = self.PHASES[self.phase]
         if name in ("lift", "over", "lower"):
             self._lost = 0 if self.task.obj in s.grasped else self._lost + 1
@@ -206,7 +235,7 @@ class PickPlaceExpert:
         speed = CARRY_SPEED if name in ("lift", "over", "lower") else 1.0
         command = self.pos_gain * err + (POS_I_GAIN * self._integral if self._integral is not None else 0.0)
         a[:3] = np.clip(command / POS_SCALE, -speed, speed)
-        a[3:6] = np.clip(_rotvec(DOWN_Y @ s.eef_rot.T) / ROT_SCALE, -1.0, 1.0)
+        a[3:6] = np.clip(_rotvec(self._orientation() @ s.eef_rot.T) / ROT_SCALE, -1.0, 1.0)
         a[6] = grip
         return a.astype(np.float32)
 

@@ -15,20 +15,19 @@ replayed through `TargetActionEnv` reproduce the expert's episode exactly.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from coda.sim.libero.errors import LiberoError
-from coda.sim.libero.experts import DOWN_Y, POS_SCALE, ROT_SCALE, PickPlaceExpert, _rotvec, expert_for
+from coda.sim.libero.experts import DOWN_Y, HEADING_Y, POS_SCALE, ROT_SCALE, PickPlaceExpert, _rotvec, expert_for, yaw_rotation
 from coda.sim.libero.state import LiberoState
 
 if TYPE_CHECKING:
     from coda.sim.libero.env import LiberoEnv
 
-EXPERT_YAW = math.pi / 2  # heading of DOWN_Y, the expert's orientation
+EXPERT_YAW = HEADING_Y  # the expert's usual heading (fingers closing along world y)
 
 
 def target_to_action(target: Sequence[float], state: LiberoState, gain: float = 1.0) -> np.ndarray:
@@ -46,16 +45,15 @@ def target_to_action(target: Sequence[float], state: LiberoState, gain: float = 
         raise LiberoError(f"target must be 5 finite numbers (x, y, z, yaw, grip), got {t.tolist()}")
     a = np.zeros(7)
     a[:3] = np.clip(gain * (t[:3] - state.eef_pos) / POS_SCALE, -1.0, 1.0)
-    c, s = math.cos(t[3] - EXPERT_YAW), math.sin(t[3] - EXPERT_YAW)
-    yaw = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
-    a[3:6] = np.clip(_rotvec(yaw @ DOWN_Y @ state.eef_rot.T) / ROT_SCALE, -1.0, 1.0)
+    a[3:6] = np.clip(_rotvec(yaw_rotation(t[3] - HEADING_Y) @ DOWN_Y @ state.eef_rot.T) / ROT_SCALE, -1.0, 1.0)
     a[6] = 1.0 if t[4] < 0.5 else -1.0
     return a.astype(np.float32)
 
 
-def action_to_target(action: Sequence[float], state: LiberoState) -> np.ndarray:
+def action_to_target(action: Sequence[float], state: LiberoState, heading: float = EXPERT_YAW) -> np.ndarray:
     """The 5-D target (float32) that `target_to_action` (gain 1) turns back into `action`, for an action that
-    points the grip site down with the expert's heading (the scripted expert's actions do).
+    turns the grip site towards pointing down with `heading` (the scripted expert's actions do, with its
+    `heading`).
 
     Raises:
         LiberoError: the action is not 7 finite numbers in [-1, 1].
@@ -64,7 +62,7 @@ def action_to_target(action: Sequence[float], state: LiberoState) -> np.ndarray:
     if a.shape != (7,) or not np.all(np.isfinite(a)) or np.any(np.abs(a) > 1.0 + 1e-6):
         raise LiberoError(f"action must be 7 finite numbers in [-1, 1], got {a.tolist()}")
     pos = state.eef_pos + a[:3] * POS_SCALE
-    return np.array([*pos, EXPERT_YAW, 0.0 if a[6] > 0 else 1.0], dtype=np.float32)
+    return np.array([*pos, heading, 0.0 if a[6] > 0 else 1.0], dtype=np.float32)
 
 
 class TargetActionEnv:
@@ -97,7 +95,8 @@ class TargetExpert:
         if self.expert is None:
             self.reset()
         assert self.expert is not None
-        return action_to_target(self.expert.act(state), state)
+        action = self.expert.act(state)  # chooses the expert's heading on its first call
+        return action_to_target(action, state, self.expert.heading if self.expert.heading is not None else EXPERT_YAW)
 
 
 __all__ = ["EXPERT_YAW", "TargetActionEnv", "TargetExpert", "action_to_target", "target_to_action"]
