@@ -100,7 +100,15 @@ class StageProgram(BaseModel):
         Raises:
             ProgramError: naming the stage, the argument and what it is.
         """
-        kinds = entity_kinds(spec)
+        return self.check_kinds(entity_kinds(spec))
+
+    def check_kinds(self, kinds: dict[str, str]) -> "StageProgram":
+        """Check every argument names an entity of the right kind (`kinds`: entity name -> object,
+        container, drawer or region). Returns self.
+
+        Raises:
+            ProgramError: naming the stage, the argument and what it is.
+        """
         for i, st in enumerate(self.stages):
             for j, (name, allowed) in enumerate(zip(st.args, _ARG_KINDS[st.kind])):
                 have = kinds.get(name)

@@ -1,7 +1,8 @@
 """Registered stage kinds: each is a predicate on the state and a progress measure in [0, 1].
 
-They are written over the simulator's own predicate functions (`coda.sim.tabletop.predicates` by default:
-`grasped`, `lifted`, `inside`, `on`, `at_region`, `drawer_fraction`, distances), the same functions the
+They are written over the simulator's own predicate functions (`coda.sim.tabletop.predicates` by default,
+`coda.sim.libero.predicates.LiberoPredicates` for LIBERO: `grasped`, `lifted`, `inside`, `on`, `at_region`,
+`drawer_fraction`, distances, `half_width`, `floor`, `top`, `bottom`, `grip_closed`), the same functions the
 scripted experts and the success check use. Everything here reads only the current state.
 
 Predicates are *cumulative*: a later stage holding implies the task has got that far (`lift` requires the
@@ -69,19 +70,17 @@ def _clip(x: float) -> float:
 def _reach_tol(s: Any, name: str, c: StageContext) -> float:
     if c.kinds[name] == "drawer":
         return HANDLE_REACH
-    i = s.row(name)
-    return float(max(s.size[i, 0], s.size[i, 1])) + REACH_MARGIN
+    return float(max(c.P.half_width(s, name))) + REACH_MARGIN
 
 
 def _over_tol(s: Any, target: str, c: StageContext) -> float:
-    i = s.row(target)
-    return OVER_FRACTION * float(min(s.size[i, 0], s.size[i, 1]))
+    return OVER_FRACTION * float(min(c.P.half_width(s, target)))
 
 
 def _surface(s: Any, target: str, c: StageContext) -> float:
     k = c.kinds[target]
     if k == "container":
-        return float(s.pos[s.row(target), 2])  # the container's floor
+        return float(c.P.floor(s, target))
     if k == "object":
         return float(c.P.top(s, target))
     return 0.0
@@ -111,7 +110,7 @@ def _grasp_holds(s: Any, st: Stage, c: StageContext) -> bool:
 def _grasp_progress(s: Any, st: Stage, c: StageContext) -> float:
     o = st.args[0]
     near = _clip(1.0 - c.P.gripper_distance(s, o) / _reach_tol(s, o, c))
-    closing = _clip(1.0 - float(s.grip_cmd))  # grip command: 1 open .. 0 closed
+    closing = _clip(float(c.P.grip_closed(s)))  # 0 open .. 1 closed
     return 0.5 * near + 0.5 * closing
 
 
@@ -217,7 +216,13 @@ def default_predicates() -> ModuleType:
     return predicates
 
 
-def make_context(spec: ScenarioSpec, predicates: Any = None) -> StageContext:
-    """A StageContext for a scene; `predicates` defaults to the tabletop simulator's."""
+def make_context(spec: ScenarioSpec | None, predicates: Any = None, kinds: dict[str, str] | None = None) -> StageContext:
+    """A StageContext for a scene (`spec`), or for another backend's scene given its entity `kinds`;
+    `predicates` defaults to the tabletop simulator's."""
+    P = predicates if predicates is not None else default_predicates()
+    if spec is None:
+        if kinds is None:
+            raise ValueError("make_context needs a ScenarioSpec or the scene's entity kinds")
+        return StageContext(P=P, kinds=dict(kinds))
     tol = {g.args[0]: float(g.tol) for g in spec.goal if g.name == "drawer_fraction" and g.tol is not None}
-    return StageContext(P=predicates if predicates is not None else default_predicates(), kinds=entity_kinds(spec), drawer_tol=tol)
+    return StageContext(P=P, kinds=entity_kinds(spec), drawer_tol=tol)

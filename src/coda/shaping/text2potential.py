@@ -358,17 +358,19 @@ class StagedPotential:
 
     Args:
         program: the stages; checked against the scene.
-        spec: the scene the states come from.
+        spec: the scene the states come from (None for another backend's scene: give `kinds`).
         predicates: the predicate functions (default: the tabletop simulator's).
+        kinds: entity name -> object, container, drawer or region, when there is no ScenarioSpec.
 
     Raises:
         ProgramError: the program names entities the scene lacks or of the wrong kind.
     """
 
-    def __init__(self, program: StageProgram, spec: ScenarioSpec, predicates: Any = None) -> None:
-        self.program = program.check_scene(spec)
+    def __init__(self, program: StageProgram, spec: ScenarioSpec | None, predicates: Any = None,
+                 kinds: dict[str, str] | None = None) -> None:
+        self.program = program.check_scene(spec) if spec is not None else program.check_kinds(kinds or {})
         self.spec = spec
-        self.ctx = make_context(spec, predicates)
+        self.ctx = make_context(spec, predicates, kinds)
         self._kinds = [STAGES.get(st.kind) for st in program.stages]
 
     @property

@@ -213,6 +213,22 @@ def gripper_distance(s: TabletopState, name: str) -> float:
     return float(np.linalg.norm(s.gripper_pos - s.pos[s.row(name)]))
 
 
+def half_width(s: TabletopState, name: str) -> tuple[float, float]:
+    """An entity's horizontal half extents (x, y in its own frame; radius twice for round shapes), m."""
+    i = s.row(name)
+    return float(s.size[i, 0]), float(s.size[i, 1])
+
+
+def floor(s: TabletopState, name: str) -> float:
+    """Height of a container's inner floor above the table, m."""
+    return float(s.pos[s.row(name), 2])
+
+
+def grip_closed(s: TabletopState) -> float:
+    """How far the last grip command closes the jaws: 0 open .. 1 closed."""
+    return 1.0 - float(s.grip_cmd)
+
+
 def height(s: TabletopState, name: str) -> float:
     """Height of an object's lowest point above the table (alias of `bottom`), m."""
     return bottom(s, name)

@@ -1,0 +1,143 @@
+"""Predicates over a `LiberoState` for staged potentials (Text2potential) and the critic.
+
+`LiberoPredicates` has the functions `coda.shaping.stages` reads from a backend (the same names and
+meanings as `coda.sim.tabletop.predicates`), computed from the collision bounding boxes, finger contacts
+and grip site of the state. Heights (`bottom`, `top`, `floor`) are measured from the table top, which is
+the lowest bottom of the scene's movable entities at the start (`LiberoPredicates.for_state`): LIBERO
+places everything on the table, on a fixture or on another object.
+
+`libero_stage_program(goal, state)` is the canonical stage program of a one-predicate `in` / `on` BDDL goal
+(reach → grasp → lift → carry → place), and `libero_kinds` the entity kinds it is checked against; the
+last stage holds when the object rests, released, in / on its target (along expert demos, at most a couple
+of steps before LIBERO's `check_success()` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from coda.shaping.program import Stage, StageProgram
+from coda.sim.libero.errors import LiberoError
+from coda.sim.libero.experts import pick_place_task
+from coda.sim.libero.state import LiberoState
+
+ON_TOL = 0.02  # an object's bottom within this of a surface rests on it, m
+MIN_HOLD_GAP = 0.002  # closed jaws this far apart or less hold nothing (a bowl wall leaves 3.5 mm), m
+
+
+class LiberoPredicates:
+    """Predicates of one LIBERO episode (see the module docstring).
+
+    Args:
+        table_z: world height of the table top, m.
+    """
+
+    def __init__(self, table_z: float) -> None:
+        self.table_z = float(table_z)
+
+    @classmethod
+    def for_state(cls, s: LiberoState) -> "LiberoPredicates":
+        """Predicates whose table top is the lowest bottom of the movable entities in `s`."""
+        movable = ~np.asarray(s.fixture, dtype=bool)
+        if not movable.any():
+            raise LiberoError("the scene has no movable entity to find the table top from")
+        return cls(float(np.min(s.center[movable, 2] - s.half[movable, 2])))
+
+    # -- geometry -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _i(s: LiberoState, name: str) -> int:
+        try:
+            return s.index[name]
+        except KeyError:
+            raise LiberoError(f"no entity '{name}' in the scene; entities: {list(s.names)}") from None
+
+    def half_width(self, s: LiberoState, name: str) -> tuple[float, float]:
+        """Horizontal half extents of the entity's bounding box, m."""
+        i = self._i(s, name)
+        return float(s.half[i, 0]), float(s.half[i, 1])
+
+    def bottom(self, s: LiberoState, name: str) -> float:
+        """Height of the entity's lowest point above the table top, m."""
+        i = self._i(s, name)
+        return float(s.center[i, 2] - s.half[i, 2]) - self.table_z
+
+    def top(self, s: LiberoState, name: str) -> float:
+        """Height of the entity's highest point above the table top, m."""
+        i = self._i(s, name)
+        return float(s.center[i, 2] + s.half[i, 2]) - self.table_z
+
+    def floor(self, s: LiberoState, name: str) -> float:
+        """Height of a container's inner floor above the table top (its box's bottom), m."""
+        return self.bottom(s, name)
+
+    def xy_distance(self, s: LiberoState, a: str, b: str) -> float:
+        """Horizontal distance between the two entities' box centres, m."""
+        return float(np.linalg.norm(s.center[self._i(s, a), :2] - s.center[self._i(s, b), :2]))
+
+    def gripper_distance(self, s: LiberoState, name: str) -> float:
+        """Distance from the grip site to the entity's box centre, m."""
+        return float(np.linalg.norm(s.eef_pos - s.center[self._i(s, name)]))
+
+    def _over(self, s: LiberoState, a: str, b: str) -> bool:
+        i, j = self._i(s, a), self._i(s, b)
+        return bool(np.all(np.abs(s.center[i, :2] - s.center[j, :2]) <= s.half[j, :2]))
+
+    # -- contact and goals --------------------------------------------------------------------------
+
+    def grasped(self, s: LiberoState, name: str) -> bool:
+        """Both fingers touch the entity with the jaws not shut on nothing."""
+        self._i(s, name)
+        return name in s.grasped and s.gripper_width > MIN_HOLD_GAP
+
+    def lifted(self, s: LiberoState, name: str, h: float = 0.03) -> bool:
+        """Held with its lowest point at least `h` above the table top."""
+        return self.grasped(s, name) and self.bottom(s, name) >= h
+
+    def on(self, s: LiberoState, a: str, b: str) -> bool:
+        """`a`'s centre is over `b`'s box and `a`'s bottom rests on `b`'s top (within ON_TOL)."""
+        return a != b and self._over(s, a, b) and abs(self.bottom(s, a) - self.top(s, b)) <= ON_TOL
+
+    def inside(self, s: LiberoState, obj: str, container: str) -> bool:
+        """`obj`'s centre is within `container`'s box (horizontally and in height)."""
+        i, j = self._i(s, obj), self._i(s, container)
+        return obj != container and bool(np.all(np.abs(s.center[i] - s.center[j]) <= s.half[j]))
+
+    def at_region(self, s: LiberoState, obj: str, region: str) -> bool:
+        raise LiberoError("LIBERO goal regions are not entities of the state; use inside / on")
+
+    def drawer_fraction(self, s: LiberoState, drawer: str) -> float:
+        raise LiberoError("LIBERO drawers are not modelled by these predicates yet")
+
+    @staticmethod
+    def grip_closed(s: LiberoState) -> float:
+        """How far the last grip command closes the jaws: 0 open .. 1 closed."""
+        return (float(s.grip_cmd) + 1.0) / 2.0
+
+
+def libero_kinds(goal: Sequence[Sequence[str]], regions: dict[str, dict], names: Sequence[str]) -> dict[str, str]:
+    """Entity kinds for stage programs: the target of an `in` goal is a container, every other entity an
+    object (a plate or a bowl something is put on has a top surface, like a tabletop object)."""
+    task = pick_place_task([list(g) for g in goal], regions, tuple(names))
+    return {n: ("container" if (task.relation == "in" and n == task.target) else "object") for n in names}
+
+
+def libero_stage_program(goal: Sequence[Sequence[str]], regions: dict[str, dict], names: Sequence[str],
+                         lift: float = 0.05) -> StageProgram:
+    """The canonical stage program of a one-predicate `in` / `on` goal: reach, grasp, lift (`lift` m above
+    the table top), carry over the target, place in / on it.
+
+    Raises:
+        LiberoError: the goal is not one `in` / `on` predicate between entities of the scene.
+    """
+    task = pick_place_task([list(g) for g in goal], regions, tuple(names))
+    o, t = task.obj, task.target
+    return StageProgram(stages=(Stage(kind="reach", args=(o,)), Stage(kind="grasp", args=(o,)),
+                                Stage(kind="lift", args=(o,), value=lift), Stage(kind="carry", args=(o, t)),
+                                Stage(kind="place", args=(o, t))),
+                        source=f"{task.relation}({o}, {t})")
+
+
+__all__ = ["LiberoPredicates", "libero_kinds", "libero_stage_program"]
