@@ -7,9 +7,9 @@ the lowest bottom of the scene's movable entities at the start (`LiberoPredicate
 places everything on the table, on a fixture or on another object.
 
 `libero_stage_program(goal, state)` is the canonical stage program of a one-predicate `in` / `on` BDDL goal
-(reach → grasp → lift → carry → place), and `libero_kinds` the entity kinds it is checked against; the
-last stage holds when the object rests, released, in / on its target (along expert demos, at most a couple
-of steps before LIBERO's `check_success()` does).
+(reach → grasp → lift → carry → place), and `libero_kinds` the entity kinds it is checked against. With
+the goal pair given to `LiberoPredicates`, the last stage holds exactly when the object is released and
+LIBERO's `check_success()` holds.
 """
 
 from __future__ import annotations
@@ -32,18 +32,21 @@ class LiberoPredicates:
 
     Args:
         table_z: world height of the table top, m.
+        goal: the (object, target) pair of the episode's BDDL goal: `in` / `on` between them is LIBERO's own
+            `check_success()` (`LiberoState.success`) rather than the box geometry, which is looser.
     """
 
-    def __init__(self, table_z: float) -> None:
+    def __init__(self, table_z: float, goal: tuple[str, str] | None = None) -> None:
         self.table_z = float(table_z)
+        self.goal = goal
 
     @classmethod
-    def for_state(cls, s: LiberoState) -> "LiberoPredicates":
+    def for_state(cls, s: LiberoState, goal: tuple[str, str] | None = None) -> "LiberoPredicates":
         """Predicates whose table top is the lowest bottom of the movable entities in `s`."""
         movable = ~np.asarray(s.fixture, dtype=bool)
         if not movable.any():
             raise LiberoError("the scene has no movable entity to find the table top from")
-        return cls(float(np.min(s.center[movable, 2] - s.half[movable, 2])))
+        return cls(float(np.min(s.center[movable, 2] - s.half[movable, 2])), goal)
 
     # -- geometry -----------------------------------------------------------------------------------
 
@@ -97,11 +100,17 @@ class LiberoPredicates:
         return self.grasped(s, name) and self.bottom(s, name) >= h
 
     def on(self, s: LiberoState, a: str, b: str) -> bool:
-        """`a`'s centre is over `b`'s box and `a`'s bottom rests on `b`'s top (within ON_TOL)."""
+        """`a`'s centre is over `b`'s box and `a`'s bottom rests on `b`'s top (within ON_TOL); for the goal
+        pair, the BDDL goal holds."""
+        if (a, b) == self.goal:
+            return bool(s.success)
         return a != b and self._over(s, a, b) and abs(self.bottom(s, a) - self.top(s, b)) <= ON_TOL
 
     def inside(self, s: LiberoState, obj: str, container: str) -> bool:
-        """`obj`'s centre is within `container`'s box (horizontally and in height)."""
+        """`obj`'s centre is within `container`'s box (horizontally and in height); for the goal pair, the
+        BDDL goal holds."""
+        if (obj, container) == self.goal:
+            return bool(s.success)
         i, j = self._i(s, obj), self._i(s, container)
         return obj != container and bool(np.all(np.abs(s.center[i] - s.center[j]) <= s.half[j]))
 
@@ -124,6 +133,12 @@ def libero_kinds(goal: Sequence[Sequence[str]], regions: dict[str, dict], names:
     return {n: ("container" if (task.relation == "in" and n == task.target) else "object") for n in names}
 
 
+def goal_pair(goal: Sequence[Sequence[str]], regions: dict[str, dict], names: Sequence[str]) -> tuple[str, str]:
+    """(object, target) of a one-predicate `in` / `on` goal (the target of a region is its entity)."""
+    task = pick_place_task([list(g) for g in goal], regions, tuple(names))
+    return task.obj, task.target
+
+
 def libero_stage_program(goal: Sequence[Sequence[str]], regions: dict[str, dict], names: Sequence[str],
                          lift: float = 0.05) -> StageProgram:
     """The canonical stage program of a one-predicate `in` / `on` goal: reach, grasp, lift (`lift` m above
@@ -140,4 +155,4 @@ def libero_stage_program(goal: Sequence[Sequence[str]], regions: dict[str, dict]
                         source=f"{task.relation}({o}, {t})")
 
 
-__all__ = ["LiberoPredicates", "libero_kinds", "libero_stage_program"]
+__all__ = ["LiberoPredicates", "goal_pair", "libero_kinds", "libero_stage_program"]
