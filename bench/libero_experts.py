@@ -22,10 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+
+# bench/libero.py is named like the LIBERO package: keep this folder off the import path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
