@@ -105,7 +105,6 @@ def phase_demos(ctx: RunContext, round_idx: int, specs: Sequence[ScenarioSpec], 
     from coda.sim.tabletop.env import TabletopEnv
     from coda.sim.tabletop.experts import expert_for
 
-    mem = ctx.memory
     final = ctx.run_dir / "demos" / f"round_{round_idx:03d}"
     if not ctx.pending(round_idx, name):
         return final
@@ -142,7 +141,6 @@ def phase_train(ctx: RunContext, round_idx: int, demo_dirs: Sequence[Path], *, s
     from coda.memory.artifacts import sha256_file
     from coda.policy.train import train_sft
 
-    mem = ctx.memory
     ckpt = ctx.path("checkpoints", f"round_{round_idx:03d}.pt")
     if not ctx.pending(round_idx, "train"):
         return ckpt
@@ -168,7 +166,7 @@ def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
     Returns:
         {family: {split: success rate}}.
     """
-    from coda.memory import Checkpoint, Episode, Scenario
+    from coda.memory import Episode, Scenario
 
     mem = ctx.memory
     if ctx.pending(round_idx, "measure"):
