@@ -62,3 +62,14 @@ def test_expert_grasps_again_after_losing_the_object() -> None:
         a = expert.act(s)
     assert expert.PHASES[expert.phase] == "above" and expert.retries == 1
     assert a[6] == -1.0  # the jaws open for the new grasp
+
+
+def test_a_bowl_resting_on_a_fixture_is_not_in_a_compartment(env: LiberoEnv) -> None:
+    """libero_spatial task 7: the bowl stands on the stove, inside the stove's bounding box but not covered
+    by it, so the expert keeps the +y rim grasp."""
+    from coda.sim.libero.experts import HEADING_Y, expert_for, in_compartment
+
+    env.reset_to(LiberoScenario("libero_spatial", 7, init_state=0))
+    expert = expert_for(env)
+    expert.act(env.state())
+    assert not in_compartment(env.state(), expert.task.obj) and expert.heading == HEADING_Y

@@ -55,12 +55,13 @@ def yaw_rotation(angle: float) -> np.ndarray:
 
 def in_compartment(s: LiberoState, name: str) -> bool:
     """Whether an object sits inside a fixture's bounding box (a cabinet layer): its centre within the
-    fixture's horizontal extent and below the fixture's top."""
+    fixture's horizontal extent and above the fixture's bottom, and its top below the fixture's top (an
+    object resting on a stove or on a cabinet is not inside it)."""
     i = s.index[name]
-    c = s.center[i]
+    c, top = s.center[i], s.center[i, 2] + s.half[i, 2]
     for j in np.flatnonzero(s.fixture):
         f, h = s.center[j], s.half[j]
-        if np.all(np.abs(c[:2] - f[:2]) <= h[:2]) and f[2] - h[2] <= c[2] <= f[2] + h[2]:
+        if np.all(np.abs(c[:2] - f[:2]) <= h[:2]) and f[2] - h[2] <= c[2] and top <= f[2] + h[2]:
             return True
     return False
 
@@ -203,8 +204,9 @@ class PickPlaceExpert:
     def act(self, s: LiberoState) -> np.ndarray:
         """The next action (float32 (7,)) for state `s`; advances the phase when its waypoint is reached,
         and starts the grasp again (at most MAX_RETRIES times) when the carried object was lost."""
-        if self.heading is None:
-            self.heading = 0.0 if in_compartment(s, self.task.obj) else HEADING_Y
+        if self.heading is None:  # a bowl in a cabinet layer is grasped from the robot's side
+            bowl = "bowl" in s.texts[s.index[self.task.obj]]
+            self.heading = 0.0 if bowl and in_compartment(s, self.task.obj) else HEADING_Y
         name = self.PHASES[self.phase]
         if name in ("lift", "over", "lower"):
             self._lost = 0 if self.task.obj in s.grasped else self._lost + 1
