@@ -65,6 +65,30 @@ def test_same_scenario_same_actions_same_episode(env: LiberoEnv) -> None:
     np.testing.assert_array_equal(runs[0][1], runs[1][1])
 
 
+def test_an_episode_does_not_depend_on_the_episodes_before_it(env: LiberoEnv) -> None:
+    """A soft reset must not carry the gripper's integrated command or the solver's warm start over: the
+    same scenario and actions give the same states after another episode in this env as in a new env."""
+    rng = np.random.default_rng(1)
+    before, actions = rng.uniform(-1, 1, size=(15, 7)), rng.uniform(-1, 1, size=(15, 7))
+    before[:, 6], actions[:, 6] = 1.0, -1.0  # leave the jaws closed, then open them
+
+    def run(e: LiberoEnv) -> np.ndarray:
+        e.reset_to(LiberoScenario("libero_object", 0, init_state=5))
+        for a in actions:
+            e.step(a)
+        return np.concatenate([e.state().eef_pos, e.state().body_pos.ravel(), e.state().gripper_qpos])
+
+    env.reset_to(LiberoScenario("libero_object", 0, init_state=2))
+    for a in before:
+        env.step(a)
+    after_another = run(env)
+    fresh = LiberoEnv()
+    try:
+        np.testing.assert_array_equal(after_another, run(fresh))
+    finally:
+        fresh.close()
+
+
 def test_seeded_placement_from_a_widened_region(env: LiberoEnv) -> None:
     text = E.widen_region(S.get_task("libero_object", 0).bddl_text(), "target_object_region", 0.04)
     placed = {}

@@ -200,6 +200,14 @@ class LiberoEnv(gym.Env):
             np.random.set_state(saved)
         if scenario.init_state is not None:
             self._ctrl.set_init_state(self._official_state(scenario, len(self._ctrl.get_sim_state())))
+        # A soft reset keeps the gripper's integrated finger command and MuJoCo's solver warm start from the
+        # previous episode, which made an episode depend on what ran before it in this env: start both cold,
+        # as a newly built env does.
+        for robot in env.robots:
+            gripper = getattr(robot, "gripper", None)
+            if gripper is not None and hasattr(gripper, "current_action"):
+                gripper.current_action = np.zeros(gripper.dof)
+        env.sim.data.qacc_warmstart[:] = 0.0
         for _ in range(self.settle_steps):
             self._ctrl.step(NOOP)
         self._scenario = scenario
