@@ -72,10 +72,7 @@ def rollout_policy(
     """
     limit = int(max_steps if max_steps is not None else env.config.max_steps)
     obs, info = env.reset_to(spec)
-    if "seed" in inspect.signature(policy.reset).parameters:
-        policy.reset(seed=episode_seed(spec))  # sampled chunks depend on the scene, not on the worker or order
-    else:
-        policy.reset()
+    reset_for_episode(policy, spec)
     states = [env.state()] if (record_states or keyframes) else []
     snapshots = [env.get_state()] if keyframes else []
     actions: list[np.ndarray] = []
@@ -107,6 +104,15 @@ def rollout_policy(
         states=states if record_states else [],
         actions=np.asarray(actions, np.float32).reshape(-1, 5), keyframes=frames, error=error,
     )
+
+
+def reset_for_episode(policy: Any, spec: Any) -> None:
+    """Start an episode in `spec`: a policy whose `reset` takes a seed is reseeded with `episode_seed(spec)`,
+    so sampled chunks depend on the scene, not on the worker or the order of episodes."""
+    if "seed" in inspect.signature(policy.reset).parameters:
+        policy.reset(seed=episode_seed(spec))
+    else:
+        policy.reset()
 
 
 def episode_seed(spec: ScenarioSpec) -> int:

@@ -53,14 +53,12 @@ class TargetPolicyAdapter:
         self.env = env
 
     def reset(self) -> None:
-        import inspect
-
-        if self.env is not None and "seed" in inspect.signature(self.policy.reset).parameters:
-            from coda.engine.rollout import episode_seed
-
-            self.policy.reset(seed=episode_seed(self.env.scenario))  # type: ignore[arg-type]
-        else:
+        if self.env is None:
             self.policy.reset()
+            return
+        from coda.engine.rollout import reset_for_episode
+
+        reset_for_episode(self.policy, self.env.scenario)
 
     def act(self, obs: dict[str, Any], state: LiberoState) -> np.ndarray:
         return target_to_action(self.policy.select_action(obs), state, self.gain)
