@@ -19,6 +19,7 @@ class EngineConfig(Section):
     explore_share: float = Field(0.25, ge=0, le=1)  # budget share for new random variations (coda strategies)
     max_diagnoses: int = Field(8, ge=0)  # failed probe episodes diagnosed and verified per round
     measure_every_round: bool = True  # roll out every evaluation split after each round (False: after the last only)
+    measure_rounds: tuple[int, ...] = ()  # rounds after which the evaluation splits are rolled out anyway
     mode_probes: int = Field(4, ge=1)  # held-apart probe scenes per failure-mode program for learning progress
     seed: int = 0  # master seed of the run
     mode_merge_threshold: float = Field(0.8, ge=-1, le=1)  # explanation cosine that merges groups of one failure mode under different keys

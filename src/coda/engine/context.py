@@ -67,6 +67,16 @@ class RunContext:
     memory: Any  # coda.memory.Memory
     console: Console = field(default_factory=Console)
     families: tuple[str, ...] = ()
+    _backend: Any = field(default=None, repr=False)
+
+    @property
+    def backend(self) -> Any:
+        """The simulator backend the phases go through (`coda.engine.backend`), built once."""
+        if self._backend is None:
+            from coda.engine.backend import backend_for
+
+            self._backend = backend_for(self.cfg)
+        return self._backend
 
     @property
     def seed(self) -> int:

@@ -62,28 +62,26 @@ def phase_scenes(ctx: RunContext) -> dict[str, dict[str, list[ScenarioSpec]]]:
         invalid Scenario records with their reasons.
     """
     from coda.memory import Scenario
-    from coda.scene.splits import build_split
 
-    mem, cfg = ctx.memory, ctx.cfg
+    mem, cfg, backend = ctx.memory, ctx.cfg, ctx.backend
     if ctx.pending(0, "scenes"):
         jobs = [(f, "train", "sft", cfg.scene.sft_scenes_per_family) for f in ctx.families]
-        jobs += [(f, s, s, cfg.bench.eval_scenes_per_split) for f in ctx.families for s in EVAL_SPLITS]
+        jobs += [(f, s, s, cfg.bench.eval_scenes_per_split) for f in ctx.families for s in backend.eval_splits]
         records: list[Any] = []
         with progress_bar(ctx.console) as bar:
             task = bar.add_task("round 0 · scenes", total=len(jobs))
             for family, name, split, n in jobs:
-                res = build_split(family, split, n, ctx.seed_for("scenes", family, name),
-                                  workers=cfg.runtime.workers)
-                records += [Scenario.from_spec(s, split=name) for s in res.valid]
-                records += [Scenario.from_spec(r.spec, split=name, valid=False, invalid_reason=r.reason)
-                            for r in res.rejected]
+                valid, rejected = backend.build_split(family, name, split, n, ctx.seed_for("scenes", family, name))
+                records += [Scenario.from_spec(s, split=name) for s in valid]
+                records += [Scenario.from_spec(spec, split=name, valid=False, invalid_reason=reason)
+                            for spec, reason in rejected]
                 bar.advance(task)
         with ctx.commit(0, "scenes") as tx:
             tx.add_all(_unique(records), exist_ok=True)
-    out: dict[str, dict[str, list[ScenarioSpec]]] = {f: {} for f in ctx.families}
+    out: dict[str, dict[str, list[Any]]] = {f: {} for f in ctx.families}
     for rec in mem.list("scenario", run_id=ctx.run_id, round_idx=0):
         if rec.valid and rec.family in out:
-            out[rec.family].setdefault(rec.split, []).append(ScenarioSpec.from_dict(rec.spec))
+            out[rec.family].setdefault(rec.split, []).append(backend.scenario_from_dict(rec.spec))
     return out
 
 
@@ -101,30 +99,13 @@ def _unique(records: list[Any]) -> list[Any]:
 def phase_demos(ctx: RunContext, round_idx: int, specs: Sequence[ScenarioSpec], name: str = "demos") -> Path:
     """Expert demonstrations in `specs`, written as a dataset directory `demos/round_RRR`."""
     from coda.memory import TrainingProgram
-    from coda.policy.data import collect_demos
-    from coda.sim.tabletop.env import TabletopEnv
-    from coda.sim.tabletop.experts import expert_for
 
     final = ctx.run_dir / "demos" / f"round_{round_idx:03d}"
     if not ctx.pending(round_idx, name):
         return final
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    from coda.engine.round import replay_states
-    from coda.engine.strategies import scene_potentials
-
-    env = TabletopEnv(config=ctx.cfg.sim)
-    pots = scene_potentials(specs)
-
-    def phi(spec: ScenarioSpec, ep: Any) -> np.ndarray:
-        # Φ of the canonical stage plan along the demo, so a shaped critic can use these episodes later
-        return np.asarray(pots[spec.spec_id].phis(replay_states(env, spec, ep.actions)), np.float32)
-
-    try:
-        report = collect_demos(env, list(specs), lambda s: expert_for(s, ctx.cfg.sim.expert_chunk), tmp,
-                               progress=True, potential_fn=phi)
-    finally:
-        env.close()
+    report = ctx.backend.collect_demos(list(specs), tmp)  # Φ of each scene's canonical stage plan attached
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     body = {"kind": "expert_demos", "demos": ctx.rel(final), "scenes": report.attempted,
@@ -157,7 +138,7 @@ def phase_train(ctx: RunContext, round_idx: int, demo_dirs: Sequence[Path], *, s
 
 
 def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
-                         splits: dict[str, dict[str, list[ScenarioSpec]]], *, keyframes: int = 3,
+                         splits: dict[str, dict[str, list[ScenarioSpec]]], *, keyframes: int | None = None,
                          extra_records: Callable[[], list[Any]] | None = None) -> dict[str, dict[str, float]]:
     """Roll the checkpoint out on every evaluation split (phase "measure"); episodes to memory, with
     keyframes of failures. `extra_records` (e.g. learning progress) is computed only when the phase runs and
@@ -169,8 +150,10 @@ def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
     from coda.memory import Episode, Scenario
 
     mem = ctx.memory
+    if keyframes is None:
+        keyframes = ctx.backend.measure_keyframes
     if ctx.pending(round_idx, "measure"):
-        jobs = [(f, s, spec) for f in ctx.families for s in EVAL_SPLITS for spec in splits[f].get(s, [])]
+        jobs = [(f, s, spec) for f in ctx.families for s in ctx.backend.eval_splits for spec in splits[f].get(s, [])]
         with progress_bar(ctx.console) as bar:
             task = bar.add_task(f"round {round_idx} · measure", total=len(jobs))
             rollouts = evaluate_checkpoint(checkpoint, [j[2] for j in jobs], ctx.cfg.sim,

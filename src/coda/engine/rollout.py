@@ -70,7 +70,7 @@ def rollout_policy(
     Returns:
         A Rollout.
     """
-    limit = int(max_steps if max_steps is not None else env.config.max_steps)
+    limit = int(max_steps if max_steps is not None else (getattr(env, "max_steps", None) or env.config.max_steps))
     obs, info = env.reset_to(spec)
     reset_for_episode(policy, spec)
     states = [env.state()] if (record_states or keyframes) else []
@@ -130,12 +130,12 @@ def _init_worker(checkpoint: str, sim_cfg: dict[str, Any], overrides: dict[str, 
 
     # Two processes on two cores: each keeps to one thread so they do not fight.
     torch.set_num_threads(1)
+    from coda.engine.backend import round_env
     from coda.policy.checkpoint import load_policy
-    from coda.sim.tabletop.env import TabletopEnv
 
     _WORKER["policy"] = load_policy(checkpoint, overrides=overrides)
     _WORKER["policy"].eval()
-    _WORKER["env"] = TabletopEnv(config=SimConfig.model_validate(sim_cfg))
+    _WORKER["env"] = round_env(SimConfig.model_validate(sim_cfg))
 
 
 def _run_one(args: tuple[ScenarioSpec, int, int, bool]) -> Rollout:

@@ -93,7 +93,7 @@ def phase_evaluate(ctx: RunContext, r: int, checkpoint: Path, probes: Sequence[S
     for e in mem.list("episode", run_id=ctx.run_id, round_idx=r):
         if e.phase != "evaluate":
             continue
-        spec = ScenarioSpec.from_dict(mem.get("scenario", e.scenario_id).spec)
+        spec = ctx.backend.scenario_from_dict(mem.get("scenario", e.scenario_id).spec)
         actions = np.load(store.path(e.artifacts["actions"]))["actions"]
         frames = {int(k.removeprefix("keyframe_t")): store.read_bytes(ref)
                   for k, ref in sorted(e.artifacts.items()) if k.startswith("keyframe_t")}
@@ -195,14 +195,13 @@ def phase_verify(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagno
     Returns:
         {episode id: Verdict} for every diagnosis (rejected ones included, with reasons).
     """
-    from coda.critic.verify import Verdict, Verifier
+    from coda.critic.verify import Verdict
     from coda.memory import Verdict as VerdictRecord
 
     mem = ctx.memory
     if ctx.pending(r, "verify"):
         policy_success = _policy_success_fn(checkpoint, env)
-        verifier = Verifier(ctx.cfg.critic, ctx.cfg.shaping, env_factory=lambda: env,
-                            seed=ctx.seed_for("verify", r))
+        verifier = ctx.backend.make_verifier(env, ctx.seed_for("verify", r))
         by_id = {p.episode_id: p for p in probes}
         drecs = {d.episode_id: d for d in mem.list("diagnosis", run_id=ctx.run_id, round_idx=r)}
         rows = []
@@ -254,7 +253,6 @@ def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, in
     """
     from coda.errors import CodaError
     from coda.memory import Scenario, TrainingProgram
-    from coda.scene.splits import sim_check
 
     mem = ctx.memory
     key = f"expert_demos_r{r}"
@@ -281,7 +279,7 @@ def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, in
                 if spec.spec_id in seen:
                     continue
                 seen.add(spec.spec_id)
-                ok, reason, _ = sim_check(spec)
+                ok, reason = ctx.backend.check(spec)
                 rows.append(Scenario.from_spec(spec, split=f"generated:{src}", valid=ok,
                                                invalid_reason=None if ok else reason, program_id=progs.get(src)))
                 if ok:
@@ -303,7 +301,7 @@ def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, in
                 "kind": "expert_demos", "budget": total, "shortfall": short, "notes": notes,
                 "scenes": [{"scenario_id": ids[sid], "program": src} for sid, src in chosen]}))
     manifest = next(t for t in mem.list("training_program", run_id=ctx.run_id, round_idx=r) if t.key == key)
-    scenes = [ScenarioSpec.from_dict(mem.get("scenario", s["scenario_id"]).spec) for s in manifest.body["scenes"]]
+    scenes = [ctx.backend.scenario_from_dict(mem.get("scenario", s["scenario_id"]).spec) for s in manifest.body["scenes"]]
     return GeneratedScenes(scenes, [s["program"] for s in manifest.body["scenes"]], int(manifest.body["shortfall"]))
 
 
@@ -337,10 +335,8 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     from coda.policy.checkpoint import load_policy
     from coda.policy.data import DemoWriter, corrective_episode, replayed_episode, run_expert_episode
     from coda.policy.train import load_chunk_dataset, train_policy
-    from coda.sim.tabletop.env import TabletopEnv
-    from coda.sim.tabletop.experts import expert_for
 
-    mem = ctx.memory
+    mem, backend = ctx.memory, ctx.backend
     ckpt = ctx.path("checkpoints", f"round_{r:03d}.pt")
     final = ctx.run_dir / "demos" / f"round_{r:03d}"
     if not ctx.pending(r, "train"):
@@ -358,24 +354,28 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     critic = bool(value_guided) or ctx.cfg.engine.improvement == "awr"  # a chunk critic is trained this round
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    env = TabletopEnv(config=ctx.cfg.sim)
+    env = backend.make_env()
     n_demo = 0
+
+    def with_phi(ep: Any, spec: Any, program: dict[str, Any] | None) -> Any:
+        return _with_potential(ep, spec, env, lambda states: backend.phis(env, spec, states, program, accepted))
+
     try:
         with DemoWriter(tmp) as writer:
             for spec, key in list(zip(generated.scenes, generated.program_keys))[:n_expert]:
-                ep = run_expert_episode(env, spec, expert_for(spec, ctx.cfg.sim.expert_chunk))
+                ep = run_expert_episode(env, spec, backend.expert(spec, env))
                 if ep.success:
-                    writer.add(_with_potential(ep, spec, env, _potential(spec, mode_tp.get(key), accepted)))
+                    writer.add(with_phi(ep, spec, mode_tp.get(key)))
                     n_demo += 1
             for p, start, body in corrective:
-                ep = corrective_episode(env, p.spec, p.actions, expert_for(p.spec, ctx.cfg.sim.expert_chunk),
+                ep = corrective_episode(env, p.spec, p.actions, backend.expert(p.spec, env),
                                         label_every=ctx.cfg.policy.n_action_steps, label_len=ctx.cfg.policy.chunk_len)
                 ep.label_chunks = [c if t >= start else None for t, c in enumerate(ep.label_chunks or [])]
-                writer.add(_with_potential(ep, p.spec, env, _potential(p.spec, body, accepted)))
+                writer.add(with_phi(ep, p.spec, body))
             if critic:  # the critic learns from the policy's own outcomes too; no labels are spent
                 for p in probes:
                     ep = replayed_episode(env, p.spec, p.actions)
-                    writer.add(_with_potential(ep, p.spec, env, _potential(p.spec, None, accepted)))
+                    writer.add(with_phi(ep, p.spec, None))
     finally:
         env.close()
     shutil.rmtree(final, ignore_errors=True)
@@ -422,26 +422,12 @@ def _accepted_potentials(ctx: RunContext, r: int) -> set[str]:
     return {k for k, ok in latest.items() if ok}
 
 
-def _potential(spec: ScenarioSpec, program: dict[str, Any] | None, accepted: set[str]) -> Any:
-    """Φ for a scene: its failure mode's accepted staged potential bound to the scene, else the canonical plan's."""
-    from coda.engine.compile import CompileError, RoleStage, bind_potential
-    from coda.shaping.text2potential import StagedPotential, canonical_plan, compile_plan
-
-    if program is not None and program.get("potential_template") and program["mode"] in accepted:
-        try:
-            template = [RoleStage.model_validate(s) for s in program["potential_template"]]
-            return StagedPotential(bind_potential(template, spec), spec)
-        except CompileError:
-            pass  # the mode's stages do not fit this scene: the canonical plan does
-    return compile_plan(canonical_plan(spec), spec)
-
-
-def _with_potential(ep: Any, spec: ScenarioSpec, env: Any, pot: Any) -> Any:
-    """Attach Φ(s_t) along the episode (its states re-created by replay)."""
+def _with_potential(ep: Any, spec: Any, env: Any, phis: Any) -> Any:
+    """Attach Φ(s_t) along the episode (its states re-created by replay); `phis(states) -> values`."""
     import dataclasses
 
     states = replay_states(env, spec, ep.actions)
-    return dataclasses.replace(ep, potentials=np.asarray(pot.phis(states), np.float32))
+    return dataclasses.replace(ep, potentials=np.asarray(phis(states), np.float32))
 
 
 def held_apart_scenes(program: dict[str, Any], seed: int, n: int) -> list[ScenarioSpec]:
@@ -481,7 +467,7 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
         for prog in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=r):
             if not prog.body.get("mode_program") or prog.failure_mode_id is None:
                 continue
-            probes = held_apart_scenes(prog.body["program"], ctx.seed_for("held_apart", r, prog.key), k)
+            probes = ctx.backend.held_apart(prog.body, ctx.seed_for("held_apart", r, prog.key), k)
             if not probes:
                 continue
             before = evaluate_checkpoint(prev_checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,

@@ -75,9 +75,8 @@ class Evidence:
     seed: int  # the round's generation seed
 
     def dr_body(self, count: int, n_edits: int = 2, tag: str = "generate") -> dict[str, Any]:
-        """A domain-randomisation source over the run's families."""
-        return {"kind": "dr", "families": list(self.ctx.families), "n_edits": n_edits, "count": count,
-                "seed": self.ctx.seed_for(tag, self.round)}
+        """A domain-randomisation source over the run's families (the backend's random edits)."""
+        return self.ctx.backend.explore_body(self.ctx.families, count, n_edits, self.ctx.seed_for(tag, self.round))
 
 
 @dataclass
@@ -193,18 +192,7 @@ def explore_probes(ctx: RunContext, r: int, n: int) -> list[ScenarioSpec]:
     """`n` valid single-factor variations of training-distribution scenes: one random edit each, so a failure
     has one candidate cause the critic and the counterfactual check can find. Scenes the expert cannot solve
     are skipped: a policy failure there says nothing about the policy."""
-    from coda.scene.splits import sim_check
-
-    stream = candidate_stream({"kind": "dr", "families": list(ctx.families), "n_edits": 1,
-                               "seed": ctx.seed_for("probe", r)})
-    out: list[ScenarioSpec] = []
-    for _ in range(4 * n + 10):
-        if len(out) >= n:
-            break
-        spec = next(stream)
-        if spec.spec_id not in {s.spec_id for s in out} and sim_check(spec)[0]:
-            out.append(spec)
-    return out
+    return ctx.backend.explore_probes(ctx, r, n)
 
 
 def rescore_probes(ctx: RunContext, r: int, sources: Sequence[str], n: int) -> list[ScenarioSpec]:
@@ -218,7 +206,7 @@ def rescore_probes(ctx: RunContext, r: int, sources: Sequence[str], n: int) -> l
     if manifest is None:
         return []
     ids = [s["scenario_id"] for s in manifest["scenes"] if s["program"] in sources][:n]
-    return [ScenarioSpec.from_dict(ctx.memory.get("scenario", i).spec) for i in ids]
+    return [ctx.backend.scenario_from_dict(ctx.memory.get("scenario", i).spec) for i in ids]
 
 
 # ---- the round -----------------------------------------------------------------------------------------
@@ -232,9 +220,8 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
         (new checkpoint, this round's demo directory, success per family and split).
     """
     from coda.engine.curriculum import rediagnosis_probes
-    from coda.sim.tabletop.env import TabletopEnv
 
-    cfg = ctx.cfg
+    cfg, backend = ctx.cfg, ctx.backend
     n_probe = cfg.engine.probe_scenes
     if strategy.uses_critic:
         again = rediagnosis_probes(ctx, r, max(1, n_probe // 2))
@@ -244,12 +231,10 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
     verdicts: dict[int, Any] = {}
     diagnoses: dict[int, Any] = {}
     if strategy.uses_critic:
-        from coda.critic.base import make_critic
-
-        env = TabletopEnv(config=cfg.sim)
+        env = backend.make_env()
         try:
-            diagnoses = phase_diagnose(ctx, r, probes, make_critic(cfg.critic), env, cfg.engine.max_diagnoses)
-            base = [s for f in ctx.families for s in splits[f].get("sft", [])]
+            diagnoses = phase_diagnose(ctx, r, probes, backend.make_critic(), env, cfg.engine.max_diagnoses)
+            base = [s for f in ctx.families for s in splits[f].get(backend.verify_base_split, [])]
             verdicts = phase_verify(ctx, r, probes, diagnoses, checkpoint, env, base)
         finally:
             env.close()
@@ -257,7 +242,8 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
     generated = phase_generate(ctx, r, sources, fill)
     new_ckpt = phase_train_round(ctx, r, checkpoint, generated, probes, demo_dirs,
                                  shaping_weight=cfg.shaping.weight if strategy.shaped else 0.0)
-    measured = splits if cfg.engine.measure_every_round or r == cfg.engine.rounds else {f: {} for f in splits}
+    due = cfg.engine.measure_every_round or r == cfg.engine.rounds or r in cfg.engine.measure_rounds
+    measured = splits if due else {f: {} for f in splits}
     table = phase_measure(ctx, r, checkpoint, new_ckpt, measured)
     return new_ckpt, ctx.run_dir / "demos" / f"round_{r:03d}", table
 
@@ -294,7 +280,7 @@ def phase_compile(ctx: RunContext, r: int, strategy: Strategy, probes: Sequence[
     if ctx.pending(r, "compile"):
         assert strategy.plan is not None
         ev = Evidence(ctx, r, probes, diagnoses, verdicts, budget, ctx.seed_for("generate", r))
-        plan = strategy.plan(ev)
+        plan = ctx.backend.planner(strategy.name, strategy.plan)(ev)
         keys = [k for k, _ in plan.sources]
         if len(set(keys)) != len(keys) or FILL_KEY in keys:
             raise StrategyError(f"strategy '{strategy.name}' planned source keys {keys}; they must be distinct "
@@ -372,7 +358,7 @@ def level_buffer(ctx: RunContext, r: int, capacity: int, *, replayed: bool = Fal
         scores = [level_score(e.success, e.info.get("error")) for e in eps]
         keep = [(e, s) for e, s in zip(eps, scores) if math.isfinite(s)]  # NaN/inf never enter the buffer
         dropped += len(eps) - len(keep)
-        specs = [ScenarioSpec.from_dict(ctx.memory.get("scenario", e.scenario_id).spec) for e, _ in keep]
+        specs = [ctx.backend.scenario_from_dict(ctx.memory.get("scenario", e.scenario_id).spec) for e, _ in keep]
         buf = sampler.insert(buf, specs, np.array([s for _, s in keep], dtype=np.float64))
         if replayed and rr < r:
             buf, _ = plr_draw(sampler, buf, np.random.default_rng(ctx.seed_for("generate", rr)),
