@@ -73,7 +73,8 @@ class EpisodeRecord:
         if self.steps < 0:
             raise EpisodeError(f"episode field 'steps' = {self.steps} must be >= 0")
         if not self.instruction:
-            object.__setattr__(self, "instruction", self.spec.instruction)
+            text = self.spec.instruction  # a ScenarioSpec field, a LiberoScenario method (read from its BDDL)
+            object.__setattr__(self, "instruction", text() if callable(text) else text)
         object.__setattr__(self, "keyframes", tuple(self.keyframes))
         object.__setattr__(self, "keyframe_steps", tuple(int(s) for s in self.keyframe_steps))
         object.__setattr__(self, "states", tuple(self.states))
@@ -174,6 +175,12 @@ def _privileged(cfg: CriticConfig) -> Critic:
     return PrivilegedCritic()
 
 
+def _libero_privileged(cfg: CriticConfig) -> Critic:
+    from coda.sim.libero.diagnose import LiberoPrivilegedCritic  # lazy: LIBERO's predicates import MuJoCo
+
+    return LiberoPrivilegedCritic()
+
+
 def _noisy(cfg: CriticConfig) -> Critic:
     from coda.critic.noisy import NoisyCritic
 
@@ -183,3 +190,4 @@ def _noisy(cfg: CriticConfig) -> Critic:
 CRITICS.register("privileged", _privileged)
 CRITICS.register("vlm", _vlm)
 CRITICS.register("noisy", _noisy)
+CRITICS.register("libero-privileged", _libero_privileged)

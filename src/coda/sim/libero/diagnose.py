@@ -1,0 +1,626 @@
+"""The `libero-privileged` critic: diagnoses a failed LIBERO episode from its `LiberoState` trace and BDDL.
+
+**Scene factors** are what a scenario's BDDL changes relative to its task's official BDDL
+(`scenario_factors`): an object's initial region (reassigned, moved or widened: `position`), the goal
+(`task`), or the instruction alone (`instruction`). `undo_factor` puts one factor back as the official task
+has it, `transplant_factor` copies it into another scenario of the same task: the verifier's single-factor
+counterfactuals (`coda.sim.libero.verify`).
+
+**Trace facts** (`libero_trace_facts`) come from `LiberoPredicates` with the goal pair (so `in` / `on`
+between the goal's object and target is LIBERO's own `check_success()`): grasps, lifts, releases of the
+target, other objects grasped, where the target rests at the end, and how far the canonical stage program
+(reach → grasp → lift → carry → place) got.
+
+The critic applies a fixed decision list, first match wins:
+
+    wrong_target          the target ends in/on an entity other than the destination (and than where it began)
+    wrong_object          another object was held for 2+ states while the target never was
+    slip_during_transport the target left jaws still commanded shut, away from the destination
+    imprecise_placement   released over the destination or within 12 cm of it, but the goal does not hold
+    premature_release     released further away
+    knocked_over          an object tipped over (its up axis turned more than 45 degrees)
+    imprecise_placement   the target was carried over the destination and never put down
+    detour / no_progress  the target was lifted but not brought over the destination (path >= 1.2 m: detour)
+    missed_grasp          the jaws closed next to the target without holding it
+    collision             the fingers touched an entity that is not part of the goal
+    detour                the gripper travelled 1.2 m or more without getting anywhere
+    no_progress           anything else
+
+Implicated factors are the scenario's factors whose kind can explain the mode (`RELEVANT`), the task and
+instruction first, then positions of the target, the destination and the other implicated objects.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from coda.critic.base import EpisodeRecord
+from coda.critic.diagnosis import CriticResult, Diagnosis, DiagnosisRejected, SceneFactor
+from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS
+from coda.critic.trace import CLOSE_MARGIN, TILT_COS
+from coda.shaping.program import StageProgram
+from coda.shaping.text2potential import PROGRESS_CAP, StagedPotential
+from coda.sim.libero import suites as S
+from coda.sim.libero.bddl_edit import region_ranges
+from coda.sim.libero.errors import LiberoError
+from coda.sim.libero.operators import init_regions
+from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds, libero_stage_program
+from coda.sim.libero.scenario import LiberoScenario
+from coda.sim.libero.state import LiberoState, category_words
+
+REGROUP_STEPS = 3  # a grasp lost for fewer states than this and taken again is one grasp (contacts flicker)
+
+# Which factor kinds can explain each failure mode, most likely first.
+RELEVANT: dict[str, tuple[str, ...]] = {
+    "missed_grasp": ("position",),
+    "slip_during_transport": ("position",),
+    "wrong_object": ("task", "instruction", "position"),
+    "wrong_target": ("task", "instruction", "position"),
+    "knocked_over": ("position",),
+    "collision": ("position",),
+    "no_progress": ("task", "instruction", "position"),
+    "detour": ("position", "task", "instruction"),
+    "premature_release": ("position",),
+    "imprecise_placement": ("position",),
+    "drawer_not_operated": ("task", "instruction", "position"),
+    "other": ("task", "instruction", "position"),
+}
+
+
+class LiberoDiagnosisError(LiberoError):
+    """A scene factor cannot be undone or transplanted; the message names the factor and why."""
+
+
+# ---- BDDL text helpers ---------------------------------------------------------------------------------
+
+_REGION = re.compile(r"\(\s*([A-Za-z0-9_]+)\s*\(\s*:target\s+([A-Za-z0-9_]+)\s*\)")
+_NUM = r"-?\d+(?:\.\d*)?(?:[eE]-?\d+)?"
+
+
+def _region_names(text: str) -> dict[str, str]:
+    """Init reference (`floor_target_object_region`) -> region name (`target_object_region`)."""
+    return {f"{target}_{name}": name for name, target in _REGION.findall(text)}
+
+
+def _rect_span(text: str, region: str) -> tuple[int, int] | None:
+    """Span of the four numbers of the region's first `(:ranges ...)` rectangle; None without ranges."""
+    pattern = re.compile(r"\(\s*" + re.escape(region) + r"\s*\(\s*:target\s+[^\s()]+\s*\)\s*\(\s*:ranges\s*\(\s*\(\s*"
+                         rf"({_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM})\s*\)", flags=re.IGNORECASE)
+    m = pattern.search(text)
+    return (m.start(1), m.end(1)) if m else None
+
+
+def _rect(text: str, region: str | None) -> tuple[float, float, float, float] | None:
+    if region is None or _rect_span(text, region) is None:
+        return None
+    return region_ranges(text, region)
+
+
+def _copy_rect(dst: str, src: str, region: str) -> str:
+    """`dst` with the region's rectangle text copied byte for byte from `src` (unchanged if either lacks it)."""
+    a, b = _rect_span(dst, region), _rect_span(src, region)
+    if a is None or b is None:
+        return dst
+    return dst[: a[0]] + src[b[0] : b[1]] + dst[a[1] :]
+
+
+def _section_span(text: str, key: str) -> tuple[int, int] | None:
+    """Span of the top-level `(<key> ...)` form (parentheses matched), or None."""
+    m = re.search(r"\(\s*" + re.escape(key) + r"(?=[\s()])", text, flags=re.IGNORECASE)
+    if m is None:
+        return None
+    depth = 0
+    for i in range(m.start(), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return m.start(), i + 1
+    return None
+
+
+def _copy_section(dst: str, src: str, key: str, factor: SceneFactor) -> str:
+    a, b = _section_span(dst, key), _section_span(src, key)
+    if b is None:
+        return dst
+    if a is None:
+        raise LiberoDiagnosisError(f"factor {_name(factor)}: the BDDL text has no ({key} ...) section to replace")
+    return dst[: a[0]] + src[b[0] : b[1]] + dst[a[1] :]
+
+
+def _set_init(text: str, obj: str, ref: str) -> str:
+    """`text` with `(On obj ...)` of the `(:init ...)` section placing `obj` in `ref`."""
+    span = _section_span(text, ":init")
+    if span is None:
+        raise LiberoDiagnosisError(f"the BDDL text has no (:init ...) section to place {obj!r} in")
+    body, n = re.subn(rf"\(\s*On\s+{re.escape(obj)}\s+[A-Za-z0-9_]+\s*\)", f"(On {obj} {ref})",
+                      text[span[0] : span[1]], count=1, flags=re.IGNORECASE)
+    if n != 1:
+        raise LiberoDiagnosisError(f"(:init ...) has no (On {obj} region) clause")
+    return text[: span[0]] + body + text[span[1] :]
+
+
+def _name(f: SceneFactor) -> str:
+    return f"{f.kind}:{f.entity}={f.value!r}"
+
+
+def _official(scenario: LiberoScenario) -> str:
+    return S.get_task(scenario.suite, scenario.task_id).bddl_text()
+
+
+def _rebuilt(scenario: LiberoScenario, text: str, official: str, seed: int) -> LiberoScenario:
+    return replace(scenario, bddl=None if text == official else text, init_state=None, seed=int(seed))
+
+
+# ---- scene factors -----------------------------------------------------------------------------------
+
+
+def swap_partner(text: str, official: str, obj: str) -> str | None:
+    """The object that now starts in `obj`'s official region while its own official region is another."""
+    now, then = init_regions(text), init_regions(official)
+    if obj not in then or now.get(obj) == then[obj]:
+        return None
+    return next((p for p, r in now.items() if p != obj and r == then[obj] and then.get(p) != r), None)
+
+
+def _position_factor(obj: str, text: str, official: str, words: dict[str, str]) -> SceneFactor | None:
+    now, then = init_regions(text), init_regions(official)
+    ref, ref0 = now[obj], then.get(obj)
+    names, names0 = _region_names(text), _region_names(official)
+    rect, rect0 = _rect(text, names.get(ref)), _rect(official, names0.get(ref0) if ref0 else None)
+    value = f"{(rect[0] + rect[2]) / 2:.3f},{(rect[1] + rect[3]) / 2:.3f}" if rect else ref
+    w = words.get(obj, obj)
+    if ref != ref0:
+        owner = next((p for p, r in then.items() if r == ref and p != obj), None)
+        detail = (f"the {w} is swapped with the {words.get(owner, owner)}: it starts in that object's region {ref}"
+                  if owner else f"the {w} starts in region {ref} instead of {ref0}")
+        return SceneFactor(kind="position", entity=obj, value=value, detail=detail)
+    if rect is None or rect0 is None or np.allclose(rect, rect0, atol=1e-6):
+        return None
+    dx, dy = (rect[0] + rect[2] - rect0[0] - rect0[2]) / 2, (rect[1] + rect[3] - rect0[1] - rect0[3]) / 2
+    grow = ((rect[2] - rect[0]) - (rect0[2] - rect0[0]) + (rect[3] - rect[1]) - (rect0[3] - rect0[1])) / 4
+    parts = []
+    if math.hypot(dx, dy) > 1e-6:
+        parts.append(f"moved by ({dx:+.3f}, {dy:+.3f}) m")
+    if abs(grow) > 1e-6:
+        parts.append(f"{'widened' if grow > 0 else 'narrowed'} by {abs(grow):.3f} m on each side")
+    return SceneFactor(kind="position", entity=obj, value=value,
+                       detail=f"the {w}'s initial region {names.get(ref, ref)} is {' and '.join(parts)}")
+
+
+def scenario_factors(scenario: LiberoScenario) -> list[SceneFactor]:
+    """What the scenario's BDDL changes relative to its task's official BDDL (see the module docstring):
+    `task` (another goal), `instruction` (the same goal, other words), then `position` per object whose
+    initial region is reassigned or has other ranges. The official BDDL has none.
+
+    Raises:
+        LiberoError: unknown suite or task, or malformed BDDL text.
+    """
+    if scenario.bddl is None:
+        return []
+    text, official = scenario.bddl_text(), _official(scenario)
+    if text == official:
+        return []
+    objects = S.bddl_objects(text)
+    words = {n: category_words(c) for n, c in objects.items()}
+    out: list[SceneFactor] = []
+    goal, goal0 = S.bddl_goal(text), S.bddl_goal(official)
+    language = S.bddl_language(text)
+    if goal != goal0:
+        obj = goal[0][1] if len(goal[0]) > 1 else goal[0][0]
+        old = goal0[0][1] if len(goal0[0]) > 1 else goal0[0][0]
+        out.append(SceneFactor(kind="task", entity=obj, value=words.get(obj, obj)[:200],
+                               detail=f"the task asks to move the {words.get(obj, obj)} instead of the {words.get(old, old)}"))
+    elif language != S.bddl_language(official):
+        out.append(SceneFactor(kind="instruction", entity=None, value=language[:200],
+                               detail=f"the instruction is reworded from '{S.bddl_language(official)}'"))
+    for obj in (o for o in objects if o in init_regions(text)):
+        f = _position_factor(obj, text, official, words)
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def undo_factor(scenario: LiberoScenario, factor: SceneFactor, seed: int) -> LiberoScenario:
+    """The scenario with one factor as the official BDDL has it (placements sampled with `seed`).
+
+    position: the object's official region assignment and ranges (and a swapped partner's); instruction:
+    the official language; task: the official goal, objects of interest and language.
+
+    Raises:
+        LiberoDiagnosisError: the factor's kind or entity has no official counterpart to restore.
+    """
+    text, official = scenario.bddl_text(), _official(scenario)
+    if factor.kind == "position":
+        then = init_regions(official)
+        obj = factor.entity
+        if obj is None or obj not in then or obj not in init_regions(text):
+            raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be undone: {obj!r} is not an object placed "
+                                       f"by both this scenario's and the official (:init ...); placed: {sorted(then)}")
+        partner = swap_partner(text, official, obj)
+        names0 = _region_names(official)
+        for o in (obj, partner) if partner else (obj,):
+            text = _set_init(text, o, then[o])
+            if then[o] in names0:
+                text = _copy_rect(text, official, names0[then[o]])
+    elif factor.kind == "instruction":
+        text = _copy_section(text, official, ":language", factor)
+    elif factor.kind == "task":
+        for key in (":goal", ":obj_of_interest", ":language"):
+            text = _copy_section(text, official, key, factor)
+    else:
+        raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be undone in LIBERO: only position, instruction "
+                                   "and task factors can")
+    return _rebuilt(scenario, text, official, seed)
+
+
+def transplant_factor(source: LiberoScenario, factor: SceneFactor, base: LiberoScenario, seed: int) -> LiberoScenario:
+    """`base` with one factor as `source` has it (same suite and task; placements sampled with `seed`).
+
+    Raises:
+        LiberoDiagnosisError: the tasks differ, or the factor cannot be expressed in BDDL.
+    """
+    if (source.suite, source.task_id) != (base.suite, base.task_id):
+        raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be transplanted from suite '{source.suite}' task "
+                                   f"{source.task_id} into suite '{base.suite}' task {base.task_id}: tasks differ")
+    src, text, official = source.bddl_text(), base.bddl_text(), _official(base)
+    if factor.kind == "position":
+        now = init_regions(src)
+        obj = factor.entity
+        if obj is None or obj not in now or obj not in init_regions(text):
+            raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be transplanted: {obj!r} is not an object "
+                                       f"placed in both scenarios; placed: {sorted(now)}")
+        partner = swap_partner(src, official, obj)
+        names = _region_names(src)
+        for o in (obj, partner) if partner else (obj,):
+            text = _set_init(text, o, now[o])
+            if now[o] in names:
+                text = _copy_rect(text, src, names[now[o]])
+    elif factor.kind == "instruction":
+        text = _copy_section(text, src, ":language", factor)
+    elif factor.kind == "task":
+        for key in (":goal", ":obj_of_interest", ":language"):
+            text = _copy_section(text, src, key, factor)
+    else:
+        raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be transplanted in LIBERO: only position, "
+                                   "instruction and task factors can")
+    return _rebuilt(base, text, official, seed)
+
+
+# ---- trace facts -------------------------------------------------------------------------------------
+
+
+def bddl_regions(text: str) -> dict[str, dict[str, str]]:
+    """The BDDL regions as LIBERO's parser keys them: `basket_1_contain_region` -> {"target": "basket_1"}."""
+    return {f"{target}_{name}": {"target": target} for name, target in _REGION.findall(text)}
+
+
+def libero_potential(first: LiberoState, scenario: LiberoScenario) -> StagedPotential:
+    """Φ of the canonical stage program of the scenario's goal, with predicates whose table top is read from
+    `first` (an episode's initial state). Raises LiberoError for a goal that is not one `in` / `on`."""
+    text = scenario.bddl_text()
+    goal, regions = S.bddl_goal(text), bddl_regions(text)
+    P = LiberoPredicates.for_state(first, goal_pair(goal, regions, first.names))
+    return StagedPotential(libero_stage_program(goal, regions, first.names), None, P,
+                           kinds=libero_kinds(goal, regions, first.names))
+
+
+@dataclass(frozen=True)
+class LiberoRelease:
+    """The target stopped being grasped after state `step - 1`."""
+
+    step: int
+    commanded: bool  # the jaws were commanded open, else it slipped out of shut jaws
+    over_destination: bool  # its centre was over the destination's box just before
+    height: float  # its bottom above the table top just before, m
+    dist: float  # horizontal distance to the destination just before, m
+
+
+@dataclass(frozen=True)
+class LiberoTraceFacts:
+    """What happened in a LIBERO episode, from predicates over its state trace (see the module docstring)."""
+
+    scenario: LiberoScenario
+    steps: int  # control steps (states - 1)
+    success: bool  # the BDDL goal holds in the last state
+    target: str  # the object the goal moves
+    destination: str  # the entity it must end in / on
+    relation: str  # "in" or "on"
+    texts: dict[str, str]  # entity -> words ("alphabet soup")
+    grasped: dict[str, int]  # entity -> states in which it was grasped
+    lifted: frozenset[str]  # entities held with their bottom >= 3 cm above the table top
+    closed_near: frozenset[str]  # entities the jaws were commanded shut next to without holding
+    touched: frozenset[str]  # entities a finger touched
+    tilted: frozenset[str]  # movable entities whose up axis turned more than 45 degrees
+    moved: dict[str, float]  # movable entity -> largest horizontal displacement from its start, m
+    releases: tuple[LiberoRelease, ...]  # times the target was let go
+    other_grasped: tuple[str, ...]  # movable entities but the target and destination held 2+ states, most first
+    rests_in: str | None  # entity the target rests in/on at the end (None: the table, or still held)
+    rested_in: str | None  # entity it rested in/on at the start
+    end_dist: float  # final horizontal target-destination distance, m
+    stage_kinds: tuple[str, ...]  # stage kinds of the canonical program
+    max_stage: int  # furthest stage whose predicate held at some state (0 = none)
+    phi: np.ndarray = field(repr=False)  # Φ of the canonical program along the trace
+    min_dist: dict[str, float] = field(default_factory=dict)  # entity -> smallest grip-site distance, m
+    gripper_path: float = 0.0  # length of the grip site's path, m
+    program: StageProgram | None = field(default=None, repr=False)  # the canonical stage program
+
+    @property
+    def stage_reached(self) -> str:
+        """Kind of the furthest stage reached, or "none"."""
+        return self.stage_kinds[self.max_stage - 1] if self.max_stage else "none"
+
+    @property
+    def target_lifted(self) -> bool:
+        return self.target in self.lifted
+
+    @property
+    def target_displacement(self) -> float:
+        """The target's largest horizontal displacement from its start, m."""
+        return self.moved.get(self.target, 0.0)
+
+    def words(self, name: str) -> str:
+        """`alphabet_soup_1 (alphabet soup)`."""
+        return f"{name} ({self.texts.get(name, name)})"
+
+
+def _resting_place(P: LiberoPredicates, s: LiberoState, obj: str, dest: str) -> str | None:
+    if P.grasped(s, obj):
+        return None
+    if s.success:
+        return dest
+    for e in s.names:
+        if e not in (obj, dest) and (P.inside(s, obj, e) or P.on(s, obj, e)):
+            return e
+    return None
+
+
+def _grasp_intervals(held: Sequence[bool]) -> list[tuple[int, int]]:
+    """[start, end) runs of held states, runs separated by fewer than REGROUP_STEPS states merged."""
+    runs: list[list[int]] = []
+    for t, h in enumerate(held):
+        if not h:
+            continue
+        if runs and t - runs[-1][1] < REGROUP_STEPS:
+            runs[-1][1] = t + 1
+        else:
+            runs.append([t, t + 1])
+    return [(a, b) for a, b in runs]
+
+
+def libero_trace_facts(states: Sequence[LiberoState], scenario: LiberoScenario) -> LiberoTraceFacts:
+    """Read the facts of a LIBERO episode from its state trace (the state after reset first).
+
+    Raises:
+        LiberoError: empty trace, or a goal that is not one `in` / `on` predicate.
+    """
+    if not states:
+        raise LiberoError("libero_trace_facts needs at least one state")
+    text = scenario.bddl_text()
+    goal = S.bddl_goal(text)
+    s0 = states[0]
+    target, dest = goal_pair(goal, bddl_regions(text), s0.names)
+    pot = libero_potential(s0, scenario)
+    P = pot.ctx.P
+    names = s0.names
+    movable = [n for n, fx in zip(names, s0.fixture) if not fx]
+    grasped: dict[str, int] = {}
+    lifted: set[str] = set()
+    closed_near: set[str] = set()
+    touched: set[str] = set()
+    tilted: set[str] = set()
+    moved = dict.fromkeys(movable, 0.0)
+    min_dist = dict.fromkeys(names, math.inf)
+    phis = np.empty(len(states))
+    held_target: list[bool] = []
+    max_stage, path = 0, 0.0
+    for t, s in enumerate(states):
+        k = pot.stages_done(s)
+        max_stage = max(max_stage, k)
+        phis[t] = (k + min(pot.progress(s, k), PROGRESS_CAP)) / pot.K
+        touched |= s.left_touch | s.right_touch
+        shut = P.grip_closed(s) > 0.5
+        for i, n in enumerate(names):
+            d = P.gripper_distance(s, n)
+            min_dist[n] = min(min_dist[n], d)
+            held = P.grasped(s, n)
+            if held:
+                grasped[n] = grasped.get(n, 0) + 1
+                if P.bottom(s, n) >= 0.03:
+                    lifted.add(n)
+            elif shut and d <= float(max(s.half[i, :2])) + CLOSE_MARGIN:
+                closed_near.add(n)
+            if n in moved:
+                moved[n] = max(moved[n], float(np.linalg.norm(s.center[i, :2] - s0.center[i, :2])))
+                if float(s.rot[i][:, 2] @ s0.rot[i][:, 2]) < TILT_COS:
+                    tilted.add(n)
+        held_target.append(P.grasped(s, target))
+        if t:
+            path += float(np.linalg.norm(s.eef_pos - states[t - 1].eef_pos))
+    releases = []
+    for _, end in _grasp_intervals(held_target):
+        if end >= len(states):
+            continue  # still held at the end
+        prev, s = states[end - 1], states[end]
+        j = prev.index[dest]
+        over = bool(np.all(np.abs(prev.center[prev.index[target], :2] - prev.center[j, :2]) <= prev.half[j, :2]))
+        releases.append(LiberoRelease(end, P.grip_closed(s) <= 0.5, over, P.bottom(prev, target),
+                                      P.xy_distance(prev, target, dest)))
+    others = sorted((n for n in movable if n not in (target, dest) and grasped.get(n, 0) >= MIN_GRASP_STEPS),
+                    key=lambda n: -grasped[n])
+    last = states[-1]
+    return LiberoTraceFacts(
+        scenario=scenario,
+        steps=len(states) - 1,
+        success=bool(last.success),
+        target=target,
+        destination=dest,
+        relation=str(goal[0][0]),
+        texts=dict(zip(names, s0.texts)),
+        grasped=grasped,
+        lifted=frozenset(lifted),
+        closed_near=frozenset(closed_near),
+        touched=frozenset(touched),
+        tilted=frozenset(tilted),
+        moved=moved,
+        releases=tuple(releases),
+        other_grasped=tuple(others),
+        rests_in=_resting_place(P, last, target, dest),
+        rested_in=_resting_place(P, s0, target, dest),
+        end_dist=P.xy_distance(last, target, dest),
+        stage_kinds=tuple(st.kind for st in pot.program.stages),
+        max_stage=max_stage,
+        phi=phis,
+        min_dist=min_dist,
+        gripper_path=path,
+        program=pot.program,
+    )
+
+
+# ---- the critic --------------------------------------------------------------------------------------
+
+
+def classify(f: LiberoTraceFacts) -> tuple[str, list[str], str]:
+    """(failure mode, implicated entity names, explanation) of a failed episode's facts (the decision list
+    of the module docstring)."""
+    t, dest, W = f.target, f.destination, f.words
+    held_t = f.grasped.get(t, 0) >= 1
+    if f.rests_in is not None and f.rests_in not in (dest, f.rested_in):
+        return "wrong_target", [t, f.rests_in], f"{W(t)} ended in/on {W(f.rests_in)} instead of {W(dest)}."
+    if not held_t and f.other_grasped:
+        o = f.other_grasped[0]
+        return "wrong_object", [o, t], (
+            f"The policy grasped {W(o)} for {f.grasped[o]} states and never grasped the target {W(t)}.")
+    if f.releases:
+        r = f.releases[-1]
+        if not r.commanded and not r.over_destination:
+            return "slip_during_transport", [t], (
+                f"{W(t)} slipped out of the shut jaws at step {r.step}, {r.height:.2f} m up and {r.dist:.2f} m "
+                f"from {W(dest)}.")
+        if r.over_destination or r.dist <= IMPRECISE_DIST:
+            return "imprecise_placement", [t, dest], (
+                f"{W(t)} was released at step {r.step} {r.dist:.2f} m from {W(dest)} and ended {f.end_dist:.2f} m "
+                f"from its centre, not {f.relation} it.")
+        return "premature_release", [t, dest], (
+            f"The jaws opened at step {r.step} with {W(t)} {r.dist:.2f} m away from {W(dest)}.")
+    if f.tilted:
+        tipped = sorted(f.tilted)
+        return "knocked_over", tipped, f"The policy knocked over {', '.join(W(n) for n in tipped)}."
+    if held_t and f.target_lifted:
+        if f.max_stage >= len(f.stage_kinds) - 1:
+            return "imprecise_placement", [t, dest], f"{W(t)} was carried over {W(dest)} but never put down {f.relation} it."
+        return ("detour" if f.gripper_path >= DETOUR_PATH else "no_progress"), [t, dest], (
+            f"{W(t)} was lifted but not brought over {W(dest)} before the episode ended "
+            f"(gripper path {f.gripper_path:.2f} m).")
+    if t in f.closed_near and not held_t:
+        return "missed_grasp", [t], (
+            f"The jaws closed next to {W(t)} (closest {f.min_dist.get(t, math.nan):.3f} m) but never held it.")
+    bumped = sorted(n for n in f.touched if n not in (t, dest))
+    if bumped:
+        return "collision", [*bumped, t], f"The fingers ran into {', '.join(W(n) for n in bumped)}."
+    if f.gripper_path >= DETOUR_PATH:
+        return "detour", [t], (
+            f"The gripper travelled {f.gripper_path:.2f} m and came no closer than "
+            f"{f.min_dist.get(t, math.nan):.2f} m to {W(t)}.")
+    return "no_progress", [t], (
+        f"The policy got no further than '{f.stage_reached}' in {f.steps} steps (gripper path "
+        f"{f.gripper_path:.2f} m, closest {f.min_dist.get(t, math.nan):.2f} m to {W(t)}).")
+
+
+def relevant_factors(mode: str, factors: Sequence[SceneFactor], involved: Sequence[str],
+                     limit: int = 3) -> tuple[SceneFactor, ...]:
+    """The factors whose kind can explain `mode` (RELEVANT), most likely first: by kind, then positions of
+    the entities in `involved` order (target first), then the rest; at most `limit`."""
+    kinds = RELEVANT.get(mode, RELEVANT["other"])
+    rank = {n: i for i, n in enumerate(involved)}
+    keep = [f for f in factors if f.kind in kinds]
+    keep.sort(key=lambda f: (kinds.index(f.kind), rank.get(f.entity or "", len(rank))))
+    return tuple(keep[:limit])
+
+
+def stage_plan_words(f: LiberoTraceFacts) -> str:
+    """The canonical stage program as a numbered plan in words."""
+    assert f.program is not None
+    W = lambda n: f"the {f.texts.get(n, n)}"  # noqa: E731
+    lines = []
+    for st in f.program.stages:
+        o = st.args[0]
+        if st.kind == "reach":
+            lines.append(f"reach {W(o)}")
+        elif st.kind == "grasp":
+            lines.append(f"grasp {W(o)}")
+        elif st.kind == "lift":
+            lines.append(f"lift {W(o)} {100 * (st.value or 0.05):.0f} cm above the table")
+        elif st.kind == "carry":
+            lines.append(f"carry {W(o)} above {W(st.args[1])}")
+        elif st.kind == "place":
+            lines.append(f"place {W(o)} {f.relation} {W(st.args[1])}")
+        else:
+            lines.append(st.words())
+    return "\n".join(f"{i}. {line}" for i, line in enumerate(lines, start=1))
+
+
+class LiberoPrivilegedCritic:
+    """Diagnoses failed LIBERO episodes from their `LiberoState` trace (see the module docstring).
+
+    Args:
+        name: the name written into diagnoses.
+    """
+
+    def __init__(self, name: str = "libero-privileged") -> None:
+        self.name = name
+
+    def _reject(self, episode: EpisodeRecord, reason: str) -> DiagnosisRejected:
+        return DiagnosisRejected(critic=self.name, episode_id=episode.episode_id, reason=reason, raw_text="")
+
+    def diagnose(self, episode: EpisodeRecord) -> CriticResult:
+        """A Diagnosis of a failed episode; DiagnosisRejected (with the reason) for an episode without a state
+        trace, of another backend, that succeeded, or whose goal is not one `in` / `on` predicate."""
+        spec: Any = episode.spec
+        if not isinstance(spec, LiberoScenario):
+            return self._reject(episode, f"the episode's spec is a {type(spec).__name__}, not a LiberoScenario")
+        if not episode.states:
+            return self._reject(episode, f"the libero-privileged critic needs the state trace; episode "
+                                         f"'{episode.episode_id}' has none")
+        try:
+            f = libero_trace_facts(episode.states, spec)
+            factors = scenario_factors(spec)
+        except LiberoError as e:
+            return self._reject(episode, f"cannot read the episode: {e}")
+        if f.success:
+            return self._reject(episode, "the goal holds at the end of the episode: nothing to diagnose")
+        mode, involved, explanation = classify(f)
+        objects = tuple(dict.fromkeys(n for n in involved if n in f.texts))
+        return Diagnosis(
+            failure_mode=mode,
+            stage_reached=f.stage_reached,
+            objects=objects,
+            factors=relevant_factors(mode, factors, [*objects, f.destination]),
+            explanation=explanation,
+            stage_plan=stage_plan_words(f),
+            critic=self.name,
+            episode_id=episode.episode_id,
+        )
+
+
+__all__ = [
+    "RELEVANT",
+    "LiberoDiagnosisError",
+    "LiberoPrivilegedCritic",
+    "LiberoRelease",
+    "LiberoTraceFacts",
+    "bddl_regions",
+    "classify",
+    "libero_potential",
+    "libero_trace_facts",
+    "relevant_factors",
+    "scenario_factors",
+    "stage_plan_words",
+    "swap_partner",
+    "transplant_factor",
+    "undo_factor",
+]

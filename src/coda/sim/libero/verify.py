@@ -1,0 +1,413 @@
+"""Verification of LIBERO diagnoses: a diagnosis is trusted only after checks in the simulator.
+
+`LiberoVerifier.check(diagnosis, episode, policy_success=..., base_scenes=...) -> Verdict` runs three
+checks (the `Verdict`, `CheckResult` and `FactorTrial` records are the tabletop verifier's):
+
+(a) **consistency** — the diagnosis agrees with `libero_trace_facts` over the episode's `LiberoState`
+    trace: the episode failed; the claimed stage was reached and is at most `stage_slack` stages short of
+    the furthest one; the implicated objects are entities of the scene; the failure mode's evidence is in
+    the trace (as in `coda.critic.verify.check_consistency`); the target is implicated by every mode about
+    its progress.
+(b) **counterfactual** — for each implicated factor (at most 3), with the current policy:
+    *necessity*: the failed scenario with only that factor undone (`undo_factor`: back as the official
+    BDDL has it) is solved in at least a `counterfactual_margin` share of up to `counterfactual_k`
+    placements; *sufficiency*: up to `counterfactual_k` base scenes of the same suite and task that the
+    policy solves, each with only that factor transplanted (`transplant_factor`), fail in at least a margin
+    share. A factor is reproduced when every test that ran passed and at least one ran; the check passes
+    when one factor is. A diagnosis that blames no scene factor cannot be tested this way and fails.
+(c) **potential** — Φ of the goal's canonical stage program is finite and in [0, 1] along the failed
+    episode, and along scripted expert demonstrations of the scenario it ends at 1 and rises (Spearman rank
+    correlation with time ≥ `ShapingConfig.min_rank_corr`).
+
+Cost: every policy outcome is memoised by `spec_id` for the verifier's life. Per diagnosis the factor tests
+run at most 2·k episodes per factor (k undone placements, k transplanted bases, 3 factors at most); base
+scenes are scanned once, at most k of them, and their outcomes are reused by later diagnoses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from coda.critic.base import EpisodeRecord
+from coda.critic.config import CriticConfig
+from coda.critic.diagnosis import CriticResult, Diagnosis, SceneFactor
+from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST
+from coda.critic.trace import MOVED
+from coda.critic.verify import CHECKS, CheckResult, FactorTrial, Verdict, VerifyError
+from coda.errors import CodaError
+from coda.shaping.config import ShapingConfig
+from coda.shaping.text2potential import spearman_with_time
+from coda.sim.libero.diagnose import (
+    LiberoTraceFacts,
+    libero_potential,
+    libero_trace_facts,
+    swap_partner,
+    transplant_factor,
+    undo_factor,
+)
+from coda.sim.libero.errors import LiberoError
+from coda.sim.libero.scenario import LiberoScenario
+
+LiberoPolicySuccess = Callable[[LiberoScenario], bool]
+MAX_FACTORS = 3  # implicated factors tested per diagnosis
+
+
+# ---- (a) consistency ---------------------------------------------------------------------------------
+
+
+def _mode_evidence(d: Diagnosis, f: LiberoTraceFacts) -> str | None:
+    """None if the trace shows the failure mode's evidence, else what is missing."""
+    mode, t, dest, W = d.failure_mode, f.target, f.destination, f.words
+    held = f.grasped.get(t, 0)
+    if mode == "missed_grasp":
+        if held:
+            return f"the target {W(t)} was grasped for {held} states"
+        return None if t in f.closed_near else f"the jaws never shut next to the target {W(t)}"
+    if mode == "wrong_object":
+        if not f.other_grasped:
+            return "no object other than the target was grasped"
+        return None if set(f.other_grasped) & set(d.objects) else (
+            f"the object(s) it went for, {list(f.other_grasped)}, are not implicated")
+    if mode == "slip_during_transport":
+        return None if any(not r.commanded for r in f.releases) else "the target never left shut jaws"
+    if mode == "premature_release":
+        far = [r for r in f.releases if r.commanded and not r.over_destination and r.dist > IMPRECISE_DIST]
+        return None if far else f"the target was never released more than {IMPRECISE_DIST} m from the destination"
+    if mode == "imprecise_placement":
+        near = [r for r in f.releases if r.over_destination or r.dist <= IMPRECISE_DIST]
+        held_over = held > 0 and f.max_stage >= len(f.stage_kinds) - 1
+        return None if near or held_over else "the target was never released or held near the destination"
+    if mode == "wrong_target":
+        if f.rests_in is not None and f.rests_in not in (dest, f.rested_in):
+            return None if f.rests_in in d.objects else f"the entity it rests in/on, {W(f.rests_in)}, is not implicated"
+        return "the target does not rest in or on another entity at the end"
+    if mode == "knocked_over":
+        return None if f.tilted else "no object tipped over"
+    if mode == "collision":
+        bumped = f.touched - {t, dest}
+        pushed = [n for n, m in f.moved.items() if n not in (t, dest) and m >= MOVED and not f.grasped.get(n, 0)]
+        return None if bumped or pushed or f.tilted else "the fingers touched and moved nothing outside the goal"
+    if mode == "detour":
+        need = 0.75 * DETOUR_PATH
+        return None if f.gripper_path >= need else f"the gripper travelled {f.gripper_path:.2f} m (< {need:.2f} m)"
+    if mode == "no_progress":
+        if f.releases and (f.target_lifted or f.target_displacement >= 2 * MOVED):
+            return f"the target {W(t)} was carried {f.target_displacement:.2f} m and let go"
+        if held and f.max_stage >= len(f.stage_kinds) - 1:
+            return f"the target {W(t)} was held over the destination"
+        return None
+    if mode == "drawer_not_operated":
+        return "the goal is not a drawer goal"
+    return None  # "other" makes no claim a predicate can test
+
+
+_ABOUT_TARGET = ("missed_grasp", "slip_during_transport", "premature_release", "imprecise_placement",
+                 "wrong_target", "no_progress", "detour")
+
+
+def check_libero_consistency(d: Diagnosis, f: LiberoTraceFacts, stage_slack: int = 1) -> CheckResult:
+    """Check (a): the diagnosis against the trace's facts (see the module docstring)."""
+    details: dict[str, Any] = {"max_stage": f.max_stage, "stage_reached": f.stage_reached}
+
+    def failed(why: str) -> CheckResult:
+        return CheckResult(name="consistency", status="failed", reason=why, details=details)
+
+    if f.success:
+        return failed("the episode succeeded")
+    kinds = f.stage_kinds
+    claimed = 0 if d.stage_reached == "none" else (kinds.index(d.stage_reached) + 1 if d.stage_reached in kinds else None)
+    if claimed is None:
+        return failed(f"stage_reached '{d.stage_reached}' is not a stage of this task ({', '.join(kinds)})")
+    if claimed > f.max_stage:
+        return failed(f"stage_reached '{d.stage_reached}' was never reached (furthest: '{f.stage_reached}')")
+    if claimed < f.max_stage - stage_slack:
+        return failed(f"stage_reached '{d.stage_reached}' falls {f.max_stage - claimed} stages short of '{f.stage_reached}'")
+    for i, o in enumerate(d.objects):
+        if o not in f.texts:
+            return failed(f"objects.{i} = {o!r} is not an entity of the scene (have {sorted(f.texts)})")
+    problem = _mode_evidence(d, f)
+    if problem is None and d.failure_mode in _ABOUT_TARGET and f.target not in d.objects:
+        problem = f"it is about the target {f.words(f.target)}, which the diagnosis does not implicate"
+    if problem:
+        return failed(f"{d.failure_mode}: {problem}")
+    return CheckResult(name="consistency", status="passed", reason=f"the trace shows {d.failure_mode}", details=details)
+
+
+# ---- the verifier ------------------------------------------------------------------------------------
+
+
+def _seeds(seed: int, episode_id: str | None, k: int) -> list[int]:
+    h = hashlib.sha256((episode_id or "").encode()).digest()
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, int.from_bytes(h[:8], "little")])
+    return [int(s) for s in rng.integers(2**31, size=k)]
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def _trial_reason(t: FactorTrial) -> str:
+    parts = []
+    if t.necessary is not None:
+        parts.append(f"solved {t.undone_success_rate:.2f} of {t.undone_n} with it undone")
+    if t.undo_error:
+        parts.append(t.undo_error)
+    if t.sufficient is not None:
+        parts.append(f"failed {t.factor_failure_rate:.2f} of {t.n} solved bases with it applied")
+    if t.error:
+        parts.append(t.error)
+    return "; ".join(parts) or "no test ran"
+
+
+class LiberoVerifier:
+    """Runs checks (a)-(c) on diagnoses of LIBERO episodes (see the module docstring).
+
+    Args:
+        cfg: critic config (counterfactual_k, counterfactual_margin, counterfactual_undo, stage_slack,
+            verify_demos).
+        seed: seed of the undone / transplanted scenarios' placements.
+        shaping: shaping config (min_rank_corr for check c).
+        require: the checks a verdict needs to pass.
+        env_factory: builds the `LiberoEnv` for expert demonstrations (default: a new `LiberoEnv`, closed by
+            `close()`; an env from the factory is left to its owner).
+
+    Raises:
+        VerifyError: an unknown check name in `require`.
+    """
+
+    def __init__(self, cfg: CriticConfig | None = None, *, seed: int = 0, shaping: ShapingConfig | None = None,
+                 require: Sequence[str] = CHECKS, env_factory: Callable[[], Any] | None = None) -> None:
+        bad = [r for r in require if r not in CHECKS]
+        if bad:
+            raise VerifyError(f"unknown check(s) {bad} in require. Available: {list(CHECKS)}")
+        self.cfg = cfg or CriticConfig()
+        self.seed = seed
+        self.shaping = shaping or ShapingConfig()
+        self.require = tuple(require)
+        self.env_factory = env_factory
+        self._env: Any = None
+        self._own_env = False
+        self._outcomes: dict[str, bool | str] = {}  # spec_id -> success, or why the scene failed to build
+        self._demos: dict[str, list[list[Any]]] = {}
+        self.episodes_run = 0  # policy episodes actually run (memo misses), over the verifier's life
+
+    # -- public ---------------------------------------------------------------------------------------
+
+    def check(self, diagnosis: CriticResult, episode: EpisodeRecord, *, policy_success: LiberoPolicySuccess,
+              base_scenes: Sequence[LiberoScenario] = ()) -> Verdict:
+        """Verify one diagnosis of a LIBERO `episode`. Never raises on a wrong diagnosis: the verdict says why.
+
+        Args:
+            diagnosis: the critic's result (a DiagnosisRejected gives a rejected verdict).
+            episode: the episode it diagnoses; `spec` a LiberoScenario, `states` its LiberoState trace.
+            policy_success: runs the current policy on a scenario and says whether it succeeded (check b).
+            base_scenes: candidate base scenes for check b (others than the episode's suite and task are skipped).
+        """
+        if not isinstance(diagnosis, Diagnosis):
+            return Verdict(episode_id=episode.episode_id, critic=diagnosis.critic, failure_mode=None, accepted=False,
+                           checks=(), reasons=(f"the critic's answer was rejected: {diagnosis.reason}",))
+        spec: Any = episode.spec
+        checks: list[CheckResult] = []
+        trials: tuple[FactorTrial, ...] = ()
+        facts: LiberoTraceFacts | None = None
+        facts_error = "the episode has no state trace"
+        if not isinstance(spec, LiberoScenario):
+            facts_error = f"the episode's spec is a {type(spec).__name__}, not a LiberoScenario"
+        elif episode.states:
+            try:
+                facts = libero_trace_facts(episode.states, spec)
+            except LiberoError as e:
+                facts_error = f"cannot read the trace: {_first_line(e)}"
+        if "consistency" in self.require:
+            checks.append(check_libero_consistency(diagnosis, facts, self.cfg.stage_slack) if facts is not None
+                          else CheckResult(name="consistency", status="not_run", reason=facts_error))
+        if "counterfactual" in self.require:
+            if isinstance(spec, LiberoScenario):
+                result, trials = self.check_counterfactual(diagnosis, episode, policy_success, base_scenes)
+            else:
+                result = CheckResult(name="counterfactual", status="not_run", reason=facts_error)
+            checks.append(result)
+        if "potential" in self.require:
+            checks.append(self.check_potential(facts, spec) if facts is not None
+                          else CheckResult(name="potential", status="not_run", reason=facts_error))
+        reasons = tuple(f"{c.name}: {c.reason}" for c in checks if c.status != "passed")
+        return Verdict(episode_id=episode.episode_id, critic=diagnosis.critic, failure_mode=diagnosis.failure_mode,
+                       accepted=not reasons, checks=tuple(checks), trials=trials,
+                       verified_factors=tuple(t.factor for t in trials if t.reproduced), reasons=reasons)
+
+    def check_counterfactual(self, d: Diagnosis, episode: EpisodeRecord, policy_success: LiberoPolicySuccess,
+                             base_scenes: Sequence[LiberoScenario] = ()) -> tuple[CheckResult, tuple[FactorTrial, ...]]:
+        """Check (b): does undoing each implicated factor fix this scenario, and does applying it alone
+        break solved base scenes? (see the module docstring)."""
+        spec: LiberoScenario = episode.spec  # type: ignore[assignment]
+        if not d.factors:
+            why = "the diagnosis blames no scene factor, so it cannot be verified counterfactually"
+            return CheckResult(name="counterfactual", status="failed", reason=why), ()
+        k, margin = self.cfg.counterfactual_k, self.cfg.counterfactual_margin
+        calls = self.episodes_run
+        same = [s for s in base_scenes if (s.suite, s.task_id) == (spec.suite, spec.task_id) and s.spec_id != spec.spec_id]
+        solved = [s for s in same[:k] if self._run(policy_success, s) is True]
+        seeds = _seeds(self.seed, episode.episode_id, k)
+        trials = []
+        for f in d.factors[:MAX_FACTORS]:
+            trial = FactorTrial(factor=f, swapped_with=self._partner(spec, f))
+            if self.cfg.counterfactual_undo:
+                trial = self._necessity(trial, spec, policy_success, seeds)
+            trial = self._sufficiency(trial, spec, solved, policy_success, seeds, scanned=min(len(same), k))
+            ran = [x for x in (trial.sufficient, trial.necessary) if x is not None]
+            trials.append(trial.model_copy(update={"reproduced": bool(ran) and all(ran)}))
+        ok = [t for t in trials if t.reproduced]
+        details: dict[str, Any] = {"base_scenes": len(solved), "margin": margin, "k": k,
+                                   "episodes": self.episodes_run - calls}
+        for i, t in enumerate(trials):
+            details[f"factor{i}"] = f"{t.factor.kind}:{t.factor.entity}: {_trial_reason(t)}"
+        if ok:
+            why = f"{len(ok)}/{len(trials)} factor(s) reproduce the failure (margin {margin})"
+            return CheckResult(name="counterfactual", status="passed", reason=why, details=details), tuple(trials)
+        why = "; ".join(f"{t.factor.kind}:{t.factor.entity}: {_trial_reason(t)}" for t in trials)
+        return CheckResult(name="counterfactual", status="failed", reason=f"no factor reproduces the failure ({why})",
+                           details=details), tuple(trials)
+
+    def check_potential(self, facts: LiberoTraceFacts, spec: LiberoScenario) -> CheckResult:
+        """Check (c): Φ is in [0, 1] along the failed episode, and rises to 1 along expert demos of the scenario."""
+        phi = facts.phi
+        details: dict[str, Any] = {"program": facts.program.describe() if facts.program else None,
+                                   "episode_phi_max": float(np.max(phi)) if np.all(np.isfinite(phi)) else None}
+        if not np.all(np.isfinite(phi)) or phi.min() < 0.0 or phi.max() > 1.0:
+            why = f"Φ along the failed episode leaves [0, 1] or is not finite (min {np.min(phi)}, max {np.max(phi)})"
+            return CheckResult(name="potential", status="failed", reason=why, details=details)
+        try:
+            demos = self._expert_demos(spec)
+        except LiberoError as e:
+            return CheckResult(name="potential", status="not_run", reason=f"no expert demo: {_first_line(e)}",
+                               details=details)
+        if not demos:
+            return CheckResult(name="potential", status="not_run",
+                               reason="the scripted expert solves no demo of this scenario", details=details)
+        phis = [libero_potential(states[0], spec).phis(states) for states in demos]
+        corr = [spearman_with_time(p) for p in phis]
+        final = [float(p[-1]) for p in phis]
+        threshold = self.shaping.min_rank_corr
+        details.update(demos=len(demos), final_phi=min(final),
+                       min_rank_corr=None if any(np.isnan(corr)) else float(min(corr)))
+        if any(np.isnan(c) or c < threshold for c in corr):
+            why = f"Φ does not rise along expert demos (rank correlation {min(corr):.2f} < {threshold})"
+            return CheckResult(name="potential", status="failed", reason=why, details=details)
+        if min(final) < 1.0:
+            why = f"Φ does not reach 1 at the expert's success (final {min(final):.2f})"
+            return CheckResult(name="potential", status="failed", reason=why, details=details)
+        return CheckResult(name="potential", status="passed",
+                           reason=f"Φ rises to 1 along {len(demos)} expert demo(s)", details=details)
+
+    def close(self) -> None:
+        """Close the demo environment, if the verifier made it."""
+        if self._env is not None and self._own_env:
+            self._env.close()
+        self._env = None
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _run(self, policy_success: LiberoPolicySuccess, s: LiberoScenario) -> bool | str:
+        """The policy's outcome on `s` (memoised), or why the scene could not be built."""
+        key = s.spec_id
+        if key not in self._outcomes:
+            self.episodes_run += 1
+            try:
+                self._outcomes[key] = bool(policy_success(s))
+            except CodaError as e:  # LiberoError: BDDL that does not load, placements that cannot be sampled
+                self._outcomes[key] = f"scene {key} does not build: {_first_line(e)}"
+        return self._outcomes[key]
+
+    @staticmethod
+    def _partner(spec: LiberoScenario, f: SceneFactor) -> str | None:
+        if f.kind != "position" or f.entity is None:
+            return None
+        try:
+            from coda.sim.libero.suites import get_task
+
+            return swap_partner(spec.bddl_text(), get_task(spec.suite, spec.task_id).bddl_text(), f.entity)
+        except LiberoError:
+            return None
+
+    def _necessity(self, trial: FactorTrial, spec: LiberoScenario, policy_success: LiberoPolicySuccess,
+                   seeds: Sequence[int]) -> FactorTrial:
+        """The factor undone in the failed scenario (k placements): does the policy now succeed?"""
+        try:
+            variants = [undo_factor(spec, trial.factor, s) for s in seeds]
+        except CodaError as e:
+            return trial.model_copy(update={"undo_error": _first_line(e)})
+        if variants[0].bddl_text() == spec.bddl_text():  # nothing to undo: it did not cause the failure
+            return trial.model_copy(update={"necessary": False, "undone_success_rate": 0.0,
+                                            "undo_error": "the factor is already as in the official task"})
+        results = [self._run(policy_success, v) for v in variants]
+        outcomes = [r for r in results if isinstance(r, bool)]
+        errors = [r for r in results if isinstance(r, str)]
+        if not outcomes:
+            return trial.model_copy(update={"undo_error": f"no undone scene builds: {errors[0]}"})
+        rate = float(np.mean(outcomes))
+        return trial.model_copy(update={
+            "ops": (*trial.ops, {"op": "undo", "args": {"variants": len(outcomes)}}),
+            "undone_n": len(outcomes), "undone_success_rate": rate,
+            "necessary": rate >= self.cfg.counterfactual_margin,
+            "undo_error": f"{len(errors)} undone scene(s) skipped: {errors[0]}" if errors else ""})
+
+    def _sufficiency(self, trial: FactorTrial, spec: LiberoScenario, solved: Sequence[LiberoScenario],
+                     policy_success: LiberoPolicySuccess, seeds: Sequence[int], scanned: int) -> FactorTrial:
+        """The factor transplanted into solved base scenes: do they now fail?"""
+        if not solved:
+            why = (f"none of {scanned} base scene(s) of suite '{spec.suite}' task {spec.task_id} is solved by the "
+                   "policy" if scanned else f"no base scene of suite '{spec.suite}' task {spec.task_id} was given")
+            return trial.model_copy(update={"error": why})
+        outcomes, errors = [], []
+        for base, s in zip(solved, seeds):
+            try:
+                r = self._run(policy_success, transplant_factor(spec, trial.factor, base, s))
+            except CodaError as e:
+                r = _first_line(e)
+            (outcomes if isinstance(r, bool) else errors).append(r)
+        if not outcomes:
+            return trial.model_copy(update={"error": f"the factor applies to no solved base scene: {errors[0]}"})
+        rate = 1.0 - float(np.mean(outcomes))
+        return trial.model_copy(update={
+            "ops": (*trial.ops, {"op": "transplant", "args": {"bases": len(outcomes)}}),
+            "n": len(outcomes), "base_failure_rate": 0.0, "factor_failure_rate": rate,
+            "sufficient": rate >= self.cfg.counterfactual_margin,
+            "error": f"{len(errors)} base scene(s) skipped: {errors[0]}" if errors else ""})
+
+    def _expert_demos(self, spec: LiberoScenario) -> list[list[Any]]:
+        """State traces of successful expert demos: the scenario, then placements with other seeds (cached)."""
+        key = spec.spec_id
+        if key in self._demos:
+            return self._demos[key]
+        from dataclasses import replace
+
+        from coda.sim.libero.experts import expert_for
+
+        if self._env is None:
+            if self.env_factory is not None:
+                self._env = self.env_factory()
+            else:
+                from coda.sim.libero.env import LiberoEnv
+
+                self._env, self._own_env = LiberoEnv(), True
+        env = self._env
+        extra = _seeds(self.seed, key, max(self.cfg.verify_demos - 1, 0))
+        scenes = [spec] + [replace(spec, init_state=None, seed=s) for s in extra]
+        demos = []
+        for s in scenes:
+            env.reset_to(s)
+            expert, states = expert_for(env), [env.state()]
+            while not states[-1].success and env.steps < env.max_steps:
+                env.step(expert.act(states[-1]))
+                states.append(env.state())
+            if states[-1].success:
+                demos.append(states)
+        self._demos[key] = demos
+        return demos
+
+
+__all__ = ["LiberoPolicySuccess", "LiberoVerifier", "check_libero_consistency"]
