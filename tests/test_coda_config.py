@@ -18,7 +18,7 @@ def test_presets_resolve_and_round_trip(preset: str, tmp_path: Path) -> None:
 
 
 def test_presets_differ_in_size() -> None:
-    tiny, quick, full = (build_config(p) for p in PRESETS)
+    tiny, quick, full = (build_config(p) for p in ("tiny", "quick", "full"))
     assert tiny.policy.train_steps < quick.policy.train_steps < full.policy.train_steps
     assert tiny.engine.generation_budget < full.engine.generation_budget
 

@@ -28,7 +28,7 @@ from coda.scene.config import SceneConfig
 from coda.shaping.config import ShapingConfig
 from coda.sim.config import SimConfig
 
-PRESETS = ("tiny", "quick", "full")
+PRESETS = ("tiny", "quick", "full", "libero")
 
 
 class CodaConfig(Section):

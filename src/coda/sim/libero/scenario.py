@@ -9,6 +9,18 @@ from dataclasses import dataclass
 from coda.sim.libero.errors import LiberoError
 
 
+BASE_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
+PRO_VARIANTS = ("_swap", "_lan", "_task", "_object")  # LIBERO-PRO suite suffixes
+
+
+def base_suite(suite: str) -> str:
+    """The base suite of a LIBERO-PRO variant (`libero_object_lan` -> `libero_object`); any other name as is."""
+    for v in PRO_VARIANTS:
+        if suite.endswith(v) and suite[: -len(v)] in BASE_SUITES:
+            return suite[: -len(v)]
+    return suite
+
+
 @dataclass(frozen=True)
 class LiberoScenario:
     """A LIBERO task instance: a suite's task, optionally with edited BDDL text, started either from one of
@@ -42,8 +54,27 @@ class LiberoScenario:
 
     @property
     def family(self) -> str:
-        """The suite, the scenario's family in datasets and statistics."""
-        return self.suite
+        """The base suite (a PRO variant's too: `libero_spatial_swap` -> `libero_spatial`), the scenario's
+        family in datasets, records and statistics."""
+        return base_suite(self.suite)
+
+    def to_dict(self) -> dict[str, object]:
+        """The scenario as JSON-able data (`from_dict` reads it back)."""
+        return {"backend": "libero", "suite": self.suite, "task_id": self.task_id, "bddl": self.bddl,
+                "init_state": self.init_state, "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, data: object) -> "LiberoScenario":
+        """A scenario from `to_dict` data. Raises LiberoError naming a missing or unknown field."""
+        if not isinstance(data, dict):
+            raise LiberoError(f"a LIBERO scenario record must be a mapping, got {type(data).__name__}")
+        fields = {k: v for k, v in data.items() if k != "backend"}
+        unknown = sorted(set(fields) - {"suite", "task_id", "bddl", "init_state", "seed"})
+        if unknown:
+            raise LiberoError(f"LIBERO scenario record has unknown field(s) {unknown}")
+        if "suite" not in fields or "task_id" not in fields:
+            raise LiberoError(f"LIBERO scenario record needs 'suite' and 'task_id', got {sorted(fields)}")
+        return cls(**fields)  # type: ignore[arg-type]
 
     @property
     def is_official(self) -> bool:

@@ -1,0 +1,438 @@
+"""LIBERO as a backend of the round loop (`coda.engine.backend.RoundBackend`).
+
+A run with `sim.backend = "libero"` and `scene.families = [base suites]` (e.g. `libero_spatial`,
+`libero_object`) goes through the same phases as a tabletop run:
+
+- **round 0** — the SFT training scenes are every task of each family with placements sampled from its
+  BDDL regions (`init_state=None`, seeded), never an official initial state. The evaluation splits are the
+  official protocol's scenes: `sft` the base suite, `position` its `_swap`, `instruction` its `_lan` and
+  `task` its `_task` LIBERO-PRO variant, on the first official initial states of every task (round robin
+  over tasks). PRO suites are only evaluated: no generation source reads them.
+- **probes and generation** — generation bodies of kind `libero` (`libero_stream`): seeded BDDL edits
+  (`coda.sim.libero.operators`) of base-suite tasks, either random single edits (exploration, the fill
+  source) or a failure mode's own edits on its tasks. Validity is `coda.sim.libero.validity`: it loads,
+  settles, and the scripted expert solves it.
+- **critic and verifier** — `coda.sim.libero.diagnose.LiberoPrivilegedCritic` (unless another critic is
+  configured) and `coda.sim.libero.verify.LiberoVerifier`: counterfactuals undo a blamed BDDL edit in the
+  failed scene, and transplant it into solved base scenes.
+- **CoDA's planner** (`plan_libero_modes`) — verified diagnoses group into failure modes keyed by the
+  failure mode and the verified factors' roles (`missed_grasp|position:target`; the target and another
+  object verified together are `position:swap`, as `swap_regions` makes them); the budget is split by
+  learning progress (`coda.engine.progress.allocate_budget`); each mode's program applies the edit of its
+  factors to the tasks it failed on (level 0) and then to every task of those suites (level 1).
+- **training** — expert demos in the generated scenes and corrective labels of failed probes, both from
+  the scripted expert acting in 5-D targets; Φ is the canonical stage program of the scene's goal
+  (`coda.sim.libero.predicates`), so shaping needs no per-mode potential.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from coda.engine.backend import RoundBackend
+from coda.sim.libero.scenario import LiberoScenario, base_suite
+from coda.sim.libero.targets import TargetActionEnv, TargetExpert
+
+if TYPE_CHECKING:
+    from coda.config import CodaConfig
+    from coda.engine.context import RunContext
+    from coda.sim.config import SimConfig
+
+SPLIT_SUITES = {"sft": "", "position": "_swap", "instruction": "_lan", "task": "_task"}  # eval split -> suffix
+# Single edits a probe or an exploration scene makes (operator, arguments).
+EXPLORE_EDITS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("shift_region", {"object": "target"}),
+    ("widen_region", {"object": "target"}),
+    ("swap_regions", {"a": "target", "b": "other"}),
+    ("paraphrase", {}),
+    ("change_task", {}),
+)
+# The edit that reproduces a verified factor, by factor token (kind and role).
+FACTOR_EDITS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
+    "position:target": (("shift_region", {"object": "target"}),),
+    "position:other": (("swap_regions", {"a": "target", "b": "other"}),),
+    "position:swap": (("swap_regions", {"a": "target", "b": "other"}),),
+    "instruction": (("paraphrase", {}),),
+    "task": (("change_task", {}),),
+}
+MAX_TRIES = 20  # consecutive edits a stream may fail to apply before it ends
+
+
+class LiberoRoundEnv(TargetActionEnv):
+    """A `LiberoEnv` acting in 5-D targets, as the round loop uses envs: `get_state` snapshots are counted
+    (a relabelling expert restarts its plan at each one), and `render` takes tabletop camera names."""
+
+    def __init__(self, sim: "SimConfig | None" = None) -> None:
+        from coda.sim.config import SimConfig
+        from coda.sim.libero.env import LiberoEnv
+
+        super().__init__(LiberoEnv(config=sim or SimConfig(backend="libero")))
+        self.snapshots = 0
+
+    def get_state(self) -> Any:
+        self.snapshots += 1
+        return self.env.get_state()
+
+    def render(self, camera: str = "agentview", size: int | None = None) -> np.ndarray:
+        return self.env.render("agentview" if camera == "front" else camera, size)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class RelabellingExpert:
+    """The scripted expert in targets, replanned from the current state whenever the env was snapshotted
+    since its last action: corrective labels start from a failure state, not from the expert's old plan."""
+
+    def __init__(self, env: LiberoRoundEnv) -> None:
+        self.env = env
+        self.inner = TargetExpert(env)
+        self._seen = -1
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self._seen = self.env.snapshots
+
+    def act(self, state: Any) -> np.ndarray:
+        if self._seen != self.env.snapshots:
+            self.reset()
+        return self.inner.act(state)
+
+
+def libero_potential(env: Any, states: Sequence[Any]) -> Any:
+    """The canonical staged potential of the env's current scenario, on the predicates of its first state."""
+    from coda.shaping.text2potential import StagedPotential
+    from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds, libero_stage_program
+
+    raw = env.env if isinstance(env, TargetActionEnv) else env
+    regions = raw.control_env.env.parsed_problem["regions"]
+    s0 = states[0]
+    program = libero_stage_program(raw.goal, regions, s0.names)
+    P = LiberoPredicates.for_state(s0, goal_pair(raw.goal, regions, s0.names))
+    return StagedPotential(program, None, P, kinds=libero_kinds(raw.goal, regions, s0.names))
+
+
+# ---- generation --------------------------------------------------------------------------------------
+
+
+def libero_stream(body: dict[str, Any]) -> Iterator[LiberoScenario]:
+    """Candidate scenes of a `libero` generation body.
+
+    Body fields: `tasks` ([[suite, task_id], ...], default: every task of `families`), `edits`
+    ([[operator, args], ...] applied in order; absent: `n_edits` random edits from `EXPLORE_EDITS`),
+    `seed`. Each scene starts from a task's official BDDL with placements sampled from its regions; an
+    edit that does not fit the task skips to the next draw, and `MAX_TRIES` failures in a row end the
+    stream.
+    """
+    from coda.sim.libero import suites as S
+    from coda.sim.libero.operators import LiberoOperatorError, derive
+
+    rng = np.random.default_rng(int(body.get("seed", 0)))
+    tasks = [(str(s), int(t)) for s, t in body.get("tasks") or
+             [(f, t) for f in body["families"] for t in range(len(S.list_tasks(f)))]]
+    fixed = [(str(op), dict(args)) for op, args in body["edits"]] if body.get("edits") else None
+    n_edits = int(body.get("n_edits", 1))
+    failed = 0
+    while failed < MAX_TRIES:
+        suite, task = tasks[int(rng.integers(len(tasks)))]
+        base = LiberoScenario(suite, task, init_state=None, seed=int(rng.integers(2**31)))
+        ops = fixed or [EXPLORE_EDITS[int(i)] for i in rng.choice(len(EXPLORE_EDITS), size=n_edits, replace=False)]
+        try:
+            spec = derive(rng, base, [(op, dict(args)) for op, args in ops])
+        except LiberoOperatorError:
+            failed += 1
+            continue
+        failed = 0
+        yield spec
+
+
+def _demo_part(job: tuple[dict[str, Any], list[dict[str, Any]], str]) -> dict[str, Any]:
+    """One worker's share of `LiberoBackend.collect_demos`: its scenes' expert demos, with Φ, into `part_dir`."""
+    from coda.engine.round import replay_states
+    from coda.policy.data import collect_demos
+    from coda.sim.config import SimConfig
+
+    sim, scenes, part_dir = job
+    env = LiberoRoundEnv(SimConfig.model_validate(sim))
+    try:
+        def phi(spec: Any, ep: Any) -> np.ndarray:
+            states = replay_states(env, spec, ep.actions)
+            return np.asarray(libero_potential(env, states).phis(states), np.float32)
+
+        report = collect_demos(env, [LiberoScenario.from_dict(s) for s in scenes], lambda _s: RelabellingExpert(env),
+                               part_dir, progress=False, potential_fn=phi)
+    finally:
+        env.close()
+    return {"failed": list(report.failed_specs), "written": report.written}
+
+
+def _register_stream() -> None:
+    from coda.engine.strategies import STREAMS
+
+    if "libero" not in STREAMS:
+        STREAMS.register("libero", libero_stream)
+
+
+# ---- the backend ---------------------------------------------------------------------------------------
+
+
+class LiberoBackend(RoundBackend):
+    """LIBERO / LIBERO-PRO behind the round loop (see the module docstring)."""
+
+    name = "libero"
+    eval_splits = tuple(SPLIT_SUITES)
+    measure_keyframes = 0  # the privileged critic reads states; camera frames cost 60-90 ms each on llvmpipe
+    verify_base_split = "train"  # counterfactual base scenes: training scenes, never evaluation ones
+
+    def __init__(self, cfg: "CodaConfig") -> None:
+        super().__init__(cfg)
+        _register_stream()
+        self._check_env: Any = None
+
+    def scenario_from_dict(self, data: dict[str, Any]) -> LiberoScenario:
+        return LiberoScenario.from_dict(data)
+
+    def check(self, spec: Any) -> tuple[bool, str]:
+        from coda.sim.libero.env import LiberoEnv
+        from coda.sim.libero.validity import check_scenario
+
+        if self._check_env is None:
+            self._check_env = LiberoEnv(config=self.cfg.sim)
+        v = check_scenario(self._check_env, spec)
+        return v.valid, v.reason
+
+    def build_split(self, family: str, name: str, split: str, n: int, seed: int) -> tuple[list[Any], list[tuple[Any, str]]]:
+        """`train`: `n` scenes round robin over the family's tasks, placements sampled with seeds drawn from
+        `seed`; an evaluation split: the suite's official initial states, round robin over its tasks."""
+        from coda.sim.libero import suites as S
+
+        if name == "train":
+            n_tasks = len(S.list_tasks(family))
+            seeds = np.random.default_rng(seed).integers(2**31, size=n)
+            return [LiberoScenario(family, i % n_tasks, init_state=None, seed=int(seeds[i])) for i in range(n)], []
+        if split not in SPLIT_SUITES:
+            raise ValueError(f"LIBERO evaluation split {split!r} is not one of {list(SPLIT_SUITES)}")
+        suite = family + SPLIT_SUITES[split]
+        n_tasks = len(S.list_tasks(suite))
+        return [LiberoScenario(suite, i % n_tasks, init_state=i // n_tasks) for i in range(n)], []
+
+    def explore_body(self, families: Sequence[str], count: int, n_edits: int, seed: int) -> dict[str, Any]:
+        return {"kind": "libero", "families": list(families), "n_edits": min(int(n_edits), 1), "count": count,
+                "seed": seed}
+
+    def held_apart(self, body: dict[str, Any], seed: int, n: int) -> list[Any]:
+        out: list[Any] = []
+        stream = libero_stream({**body, "seed": seed})
+        for _ in range(3 * n + 5):
+            if len(out) >= n:
+                break
+            spec = next(stream, None)
+            if spec is None:
+                break
+            if self.check(spec)[0]:
+                out.append(spec)
+        return out
+
+    def make_env(self) -> LiberoRoundEnv:
+        return LiberoRoundEnv(self.cfg.sim)
+
+    def expert(self, spec: Any, env: Any) -> RelabellingExpert:
+        return RelabellingExpert(env)
+
+    def collect_demos(self, specs: Sequence[Any], out_dir: Any) -> Any:
+        """Expert demos with their Φ, by task across `runtime.workers` processes, written in `specs` order."""
+        import shutil
+        from pathlib import Path
+
+        from coda.policy.data import CollectReport, DemoDataset, DemoWriter
+
+        workers = max(1, min(int(self.cfg.runtime.workers), len(specs)))
+        order = sorted(range(len(specs)), key=lambda i: (specs[i].suite, specs[i].task_id, i))
+        parts = [[specs[i] for i in order[k::workers]] for k in range(workers)]  # tasks spread over workers
+        out = Path(out_dir)
+        dirs = [out.with_name(f"{out.name}.part{k}") for k in range(workers)]
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        jobs = [(self.cfg.sim.model_dump(mode="json"), [s.to_dict() for s in part], str(d)) for part, d in zip(parts, dirs)]
+        if workers == 1:
+            reports = [_demo_part(jobs[0])]
+        else:
+            from coda.sim.libero.data import _pool
+
+            with _pool(workers) as pool:
+                reports = list(pool.map(_demo_part, jobs))
+        episodes = {ep.spec_id: ep for d in dirs for ep in DemoDataset(d).episodes()}
+        report = CollectReport(path=out, attempted=len(specs), succeeded=0, written=0, steps=0,
+                               failed_specs=[f for r in reports for f in r["failed"]])
+        with DemoWriter(out) as writer:
+            for spec in specs:
+                ep = episodes.get(spec.spec_id)
+                if ep is not None:
+                    writer.add(ep)
+                    report.succeeded += 1
+                    report.written += 1
+                    report.steps += ep.length
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        return report
+
+    def phis(self, env: Any, spec: Any, states: Sequence[Any], program: dict[str, Any] | None = None,
+             accepted: set[str] = frozenset()) -> list[float]:
+        """Φ of the canonical stage program of the scene's goal (env: reset to `spec` or replayed in it)."""
+        raw = env.env if isinstance(env, TargetActionEnv) else env
+        if raw.scenario.spec_id != spec.spec_id:
+            env.reset_to(spec)
+        return [float(x) for x in libero_potential(env, states).phis(states)]
+
+    def make_critic(self) -> Any:
+        from coda.critic.base import make_critic
+
+        name = "libero-privileged" if self.cfg.critic.name == "privileged" else None
+        return make_critic(self.cfg.critic, name)
+
+    def make_verifier(self, env: Any, seed: int) -> Any:
+        from coda.sim.libero.verify import LiberoVerifier
+
+        return LiberoVerifier(self.cfg.critic, shaping=self.cfg.shaping, seed=seed, env_factory=lambda: env.env)
+
+    def planner(self, strategy: str, default: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        from coda.engine.strategies import StrategyError
+
+        if strategy in ("coda", "coda-sparse"):
+            return plan_libero_modes
+        if strategy in ("dr", "sft"):
+            return default
+        raise StrategyError(f"strategy '{strategy}' is not available on the libero backend; use coda, "
+                            "coda-sparse, dr or sft")
+
+
+# ---- CoDA's planner on LIBERO --------------------------------------------------------------------------
+
+
+def factor_token(factor: Any, spec: LiberoScenario) -> str | None:
+    """The role of a verified factor: `position:target`, `position:other`, `instruction`, `task`."""
+    from coda.sim.libero import suites as S
+
+    if factor.kind == "position":
+        goal = S.bddl_goal(spec.bddl_text())
+        target = str(goal[0][1]) if goal and len(goal[0]) >= 2 else None
+        return "position:target" if factor.entity == target else "position:other"
+    if factor.kind in ("instruction", "task"):
+        return str(factor.kind)
+    return None
+
+
+def mode_key_of(failure_mode: str, tokens: Iterable[str]) -> str:
+    """A LIBERO failure mode's key: the failure mode and its factors' roles, e.g. `missed_grasp|position:swap`."""
+    return f"{failure_mode}|{'+'.join(sorted(set(tokens)))}"
+
+
+def plan_libero_modes(ev: Any) -> Any:
+    """CoDA's plan of one round on LIBERO (see the module docstring)."""
+    from coda.critic.diagnosis import Diagnosis
+    from coda.engine.compile import corrective_start
+    from coda.engine.progress import LearningProgress, allocate_budget
+    from coda.engine.round import replay_states
+    from coda.engine.strategies import Plan
+
+    ctx: RunContext = ev.ctx
+    r, budget, cfg, mem = ev.round, ev.budget, ctx.cfg.engine, ctx.memory
+    probes = {p.episode_id: p for p in ev.probes}
+    members: dict[str, list[int]] = {}
+    descriptions: dict[str, str] = {}
+    for eid in sorted(ev.verdicts):
+        d, v = ev.diagnoses.get(eid), ev.verdicts[eid]
+        if not isinstance(d, Diagnosis) or not v.accepted:
+            continue
+        tokens = {t for f in v.verified_factors if (t := factor_token(f, probes[eid].spec)) is not None}
+        if {"position:target", "position:other"} <= tokens:  # the target traded places with another object
+            tokens = (tokens - {"position:target", "position:other"}) | {"position:swap"}
+        if not tokens:
+            continue
+        key = mode_key_of(d.failure_mode, tokens)
+        members.setdefault(key, []).append(eid)
+        descriptions.setdefault(key, f"{d.failure_mode} when {', '.join(sorted(set(tokens)))} changes: {d.explanation}"[:400])
+    records = {m.key: m for m in mem.list("failure_mode", run_id=ctx.run_id)}
+    last: dict[str, dict[str, Any]] = {}
+    for rec in mem.list("generation_program", run_id=ctx.run_id):
+        if rec.body.get("mode_program"):
+            last[rec.body["mode"]] = rec.body
+    key_of = {m.id: m.key for m in records.values()}
+    history: dict[str, list[LearningProgress]] = {k: [] for k in {*members, *last}}
+    for lp in mem.list("progress", run_id=ctx.run_id):
+        k = key_of[lp.failure_mode_id]
+        if k in history:
+            history[k].append(LearningProgress(mode=k, round=lp.round, before=lp.before, after=lp.after, n=1))
+    active = {k: sorted(v, key=lambda lp: lp.round) for k, v in history.items()}
+    rng = np.random.default_rng(ev.seed)
+    shares = allocate_budget(active, budget, cfg.exploration_floor, cfg.explore_share, cfg.solved_threshold, rng)
+    embed = _embedder(ctx)
+    plan = Plan(sources=[], modes={k: {"description": descriptions[k], "embedding": embed(descriptions[k])}
+                                   for k in members if k not in records})
+    explore = shares.pop("explore", 0)
+    corrective_left = ctx.cfg.engine.demo_budget // 4
+    env: Any = None
+    try:
+        for key, count in sorted(shares.items()):
+            if count <= 0:
+                continue
+            failure_mode, _, token_text = key.partition("|")
+            edits = [e for t in token_text.split("+") for e in FACTOR_EDITS.get(t, ())]
+            if not edits:
+                explore += count
+                continue
+            seen = {(probes[e].spec.suite, probes[e].spec.task_id) for e in members.get(key, [])}
+            prev = last.get(key)
+            level = 0 if prev is None else min(1, int(prev["mode_program"]["level"]) + 1)
+            tasks = sorted(seen | {tuple(t) for t in (prev or {}).get("tasks", [])})  # type: ignore[misc]
+            if level >= 1:  # the mode's edits on every task of its suites
+                from coda.sim.libero import suites as S
+
+                suites = sorted({s for s, _ in tasks})
+                tasks = [(s, t) for s in suites for t in range(len(S.list_tasks(s)))]
+            prog_key = f"mode{len(plan.sources)}_r{r}"
+            plan.sources.append((prog_key, {
+                "kind": "libero", "tasks": [list(t) for t in tasks], "edits": [[op, args] for op, args in edits],
+                "seed": ctx.seed_for("program", r, key), "count": count, "mode": key,
+                "mode_description": descriptions.get(key) or (records[key].description if key in records else key),
+                "mode_program": {"level": level, "parent": (prev or {}).get("program_key"), "rediagnose": False},
+                "program_key": prog_key}))
+            chosen = members.get(key, [])[:corrective_left]
+            corrective_left -= len(chosen)
+            corrective = []
+            for eid in chosen:
+                if env is None:
+                    env = ctx.backend.make_env()
+                p = probes[eid]
+                phi = ctx.backend.phis(env, p.spec, replay_states(env, p.spec, p.actions))
+                corrective.append({"episode_id": eid, "start_step": corrective_start(phi)})
+            plan.training.append((f"train:{prog_key}", {
+                "kind": "mode_training", "mode": key, "generation_program": prog_key, "expert_demos": count,
+                "corrective": corrective, "potential": None, "potential_template": None,
+                "weights": {"expert": cfg.expert_weight, "corrective": cfg.corrective_weight,
+                            "replay": cfg.replay_weight}}))
+    finally:
+        if env is not None:
+            env.close()
+    if explore:
+        plan.sources.append(("explore", ev.dr_body(explore, n_edits=1)))
+    return plan
+
+
+def _embedder(ctx: "RunContext") -> Callable[[str], list[float]]:
+    from coda.policy.text import text_encoder_for
+
+    enc = text_encoder_for(ctx.cfg.policy.text_model)
+
+    def embed(text: str) -> list[float]:
+        v = np.asarray(enc.encode([text]), np.float32).reshape(-1)
+        return [float(x) for x in v / max(float(np.linalg.norm(v)), 1e-9)]
+
+    return embed
+
+
+__all__ = ["EXPLORE_EDITS", "FACTOR_EDITS", "LiberoBackend", "LiberoRoundEnv", "RelabellingExpert", "SPLIT_SUITES",
+           "base_suite", "factor_token", "libero_potential", "libero_stream", "plan_libero_modes"]

