@@ -60,6 +60,8 @@ def test_round_zero_trains_on_sampled_placements_and_evaluates_the_official_pro_
         assert [(s.task_id, s.init_state) for s in scenes[9:12]] == [(9, 0), (0, 1), (1, 1)]
     with pytest.raises(ValueError, match="physics"):
         backend.build_split("libero_object", "physics", "physics", 2, seed=0)
+    with pytest.raises(LiberoError, match=r"scene.families = \['pick_place'\]"):
+        backend_for(build_config("libero", overrides=["scene.families=[pick_place]"]))
 
 
 def test_generation_streams_are_seeded_edits_of_base_tasks(tmp_path: Path) -> None:

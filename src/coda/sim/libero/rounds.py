@@ -188,6 +188,13 @@ class LiberoBackend(RoundBackend):
     verify_base_split = "train"  # counterfactual base scenes: training scenes, never evaluation ones
 
     def __init__(self, cfg: "CodaConfig") -> None:
+        from coda.sim.libero.errors import LiberoError
+        from coda.sim.libero.scenario import BASE_SUITES
+
+        bad = [f for f in cfg.scene.families if f not in BASE_SUITES]
+        if bad:
+            raise LiberoError(f"scene.families = {list(cfg.scene.families)}: {bad} are not LIBERO base suites; "
+                              f"with sim.backend = 'libero' use some of {list(BASE_SUITES)}")
         super().__init__(cfg)
         _register_stream()
         self._check_env: Any = None
