@@ -159,6 +159,28 @@ def _factors(mode: str, f: TraceFacts, involved: list[str]) -> tuple[SceneFactor
     return tuple(chosen[:3])
 
 
+def release_or_tip(f: Any, t: str, dest: str, W: Any, placed: str = "in/on") -> tuple[str, list[str], str] | None:
+    """The mode the target's last release explains (slip, imprecise placement, premature release), else a
+    tipped object (knocked over), else None. `f` has `releases`, `tilted` and `end_dist` (the tabletop's and
+    LIBERO's trace facts both do); `W` names an entity in words; `placed` is the goal relation in words."""
+    if f.releases:
+        r = f.releases[-1]
+        if not r.commanded and not r.over_destination:
+            return "slip_during_transport", [t], (
+                f"{W(t)} slipped out of the closed jaws at step {r.step}, {r.height:.2f} m up and {r.dist:.2f} m "
+                f"from {W(dest)}.")
+        if r.over_destination or r.dist <= IMPRECISE_DIST:
+            return "imprecise_placement", [t, dest], (
+                f"{W(t)} was released at step {r.step} {r.dist:.2f} m from {W(dest)} and ended "
+                f"{f.end_dist:.2f} m from its centre, not {placed} it.")
+        return "premature_release", [t, dest], (
+            f"The jaws opened at step {r.step} with {W(t)} {r.dist:.2f} m away from {W(dest)}.")
+    if f.tilted:
+        tipped = sorted(f.tilted)
+        return "knocked_over", tipped, f"The policy knocked over {', '.join(W(n) for n in tipped)}."
+    return None
+
+
 def classify(f: TraceFacts) -> tuple[str, list[str], str]:
     """(failure mode, implicated entity names, explanation) for a failed episode's facts."""
     if f.drawer is not None:
@@ -177,21 +199,8 @@ def classify(f: TraceFacts) -> tuple[str, list[str], str]:
     pushed = [n for n, d in f.moved.items() if n not in (t, dest) and d >= MOVED and n in f.touched]
     if f.spec.goal[0].name == "at_region" and f.moved.get(t, 0.0) < MOVED and pushed:
         return "wrong_object", [pushed[0], t], f"The policy pushed {W(pushed[0])} while the target {W(t)} stayed put."
-    if f.releases:
-        r = f.releases[-1]
-        if not r.commanded and not r.over_destination:
-            return "slip_during_transport", [t], (
-                f"{W(t)} slipped out of the closed jaws at step {r.step}, {r.height:.2f} m up and {r.dist:.2f} m "
-                f"from {W(dest)}.")
-        if r.over_destination or r.dist <= IMPRECISE_DIST:
-            return "imprecise_placement", [t, dest], (
-                f"{W(t)} was released at step {r.step} {r.dist:.2f} m from {W(dest)} and ended "
-                f"{f.end_dist:.2f} m from its centre, not in/on it.")
-        return "premature_release", [t, dest], (
-            f"The jaws opened at step {r.step} with {W(t)} {r.dist:.2f} m away from {W(dest)}.")
-    if f.tilted:
-        tipped = sorted(f.tilted)
-        return "knocked_over", tipped, f"The policy knocked over {', '.join(W(n) for n in tipped)}."
+    if (found := release_or_tip(f, t, dest, W)) is not None:
+        return found
     if held_t and t in f.lifted:
         if f.max_stage >= len(f.stage_kinds) - 1:
             return "imprecise_placement", [t, dest], f"{W(t)} was carried over {W(dest)} but never put down in/on it."

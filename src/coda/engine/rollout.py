@@ -70,8 +70,9 @@ def rollout_policy(
     Returns:
         A Rollout.
     """
-    limit = int(max_steps if max_steps is not None else (getattr(env, "max_steps", None) or env.config.max_steps))
     obs, info = env.reset_to(spec)
+    # after the reset: a backend's horizon can depend on the scene (LIBERO: the suite's)
+    limit = int(max_steps if max_steps is not None else (getattr(env, "max_steps", None) or env.config.max_steps))
     reset_for_episode(policy, spec)
     states = [env.state()] if (record_states or keyframes) else []
     snapshots = [env.get_state()] if keyframes else []

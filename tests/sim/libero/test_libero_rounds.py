@@ -21,7 +21,7 @@ from coda.policy.data import DemoDataset, corrective_episode  # noqa: E402
 from coda.sim.libero import suites as S  # noqa: E402
 from coda.sim.libero.errors import LiberoError  # noqa: E402
 from coda.sim.libero.operators import derive, init_regions  # noqa: E402
-from coda.sim.libero.rounds import LiberoBackend, LiberoRoundEnv, RelabellingExpert, factor_token  # noqa: E402
+from coda.sim.libero.rounds import LiberoBackend, LiberoRoundEnv, RelabellingExpert, factor_token, mode_shares  # noqa: E402
 from coda.sim.libero.scenario import LiberoScenario, base_suite  # noqa: E402
 
 
@@ -165,3 +165,44 @@ def test_strategies_without_a_libero_planner_fail_with_the_available_ones(tmp_pa
     with pytest.raises(Exception, match="coda, coda-sparse, dr or sft"):
         backend.planner("accel", STRATEGIES.get("accel").plan)
     assert backend.planner("dr", STRATEGIES.get("dr").plan) is STRATEGIES.get("dr").plan
+
+
+def test_more_unsolved_modes_than_the_floor_allows_share_the_budget_evenly(tmp_path: Path) -> None:
+    from coda.engine.progress import LearningProgress
+
+    cfg = libero_cfg(tmp_path, "engine.exploration_floor=0.1").engine
+    active = {f"m{i}|task": [LearningProgress(mode=f"m{i}|task", round=1, before=0.0, after=0.2, n=1)] for i in range(12)}
+    active["solved|task"] = [LearningProgress(mode="solved|task", round=1, before=0.5, after=0.95, n=1)]
+    shares = mode_shares(active, 26, cfg, np.random.default_rng(0))
+    assert sum(shares.values()) == 26 and shares["solved|task"] == 0
+    assert all(shares[f"m{i}|task"] in (1, 2) for i in range(12))
+
+
+def test_a_policy_rollout_runs_to_the_suite_horizon_in_a_new_env() -> None:
+    from coda.engine.rollout import rollout_policy
+
+    class Still:  # holds the start pose with the jaws open: never succeeds
+        def reset(self) -> None:
+            self.target = None
+
+        def select_action(self, obs: dict) -> np.ndarray:
+            return self.target
+
+    env = LiberoRoundEnv()
+    try:
+        for suite in ("libero_spatial", "libero_object"):  # horizons 220 and 280 in the same env
+            env.reset_to(LiberoScenario(suite, 0, init_state=0))
+            policy = Still()
+            policy.reset()
+            policy.target = np.r_[env.state().eef_pos, np.pi / 2, 1.0].astype(np.float32)
+            policy.reset = lambda: None  # keep the pose across the rollout's own reset
+            ro = rollout_policy(env, policy, LiberoScenario(suite, 0, init_state=0), record_states=False)
+            assert not ro.success and ro.length == S.max_steps(suite)
+        fresh = LiberoRoundEnv()
+        try:
+            ro = rollout_policy(fresh, policy, LiberoScenario("libero_object", 0, init_state=0), record_states=False)
+            assert ro.length == S.max_steps("libero_object")  # not cut by a new env's placeholder horizon
+        finally:
+            fresh.close()
+    finally:
+        env.close()

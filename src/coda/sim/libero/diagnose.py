@@ -42,7 +42,7 @@ import numpy as np
 
 from coda.critic.base import EpisodeRecord
 from coda.critic.diagnosis import CriticResult, Diagnosis, DiagnosisRejected, SceneFactor
-from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS
+from coda.critic.privileged import DETOUR_PATH, MIN_GRASP_STEPS, release_or_tip
 from coda.critic.trace import CLOSE_MARGIN, TILT_COS
 from coda.shaping.program import StageProgram
 from coda.shaping.text2potential import PROGRESS_CAP, StagedPotential
@@ -235,27 +235,8 @@ def undo_factor(scenario: LiberoScenario, factor: SceneFactor, seed: int) -> Lib
         LiberoDiagnosisError: the factor's kind or entity has no official counterpart to restore.
     """
     text, official = scenario.bddl_text(), _official(scenario)
-    if factor.kind == "position":
-        then = init_regions(official)
-        obj = factor.entity
-        if obj is None or obj not in then or obj not in init_regions(text):
-            raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be undone: {obj!r} is not an object placed "
-                                       f"by both this scenario's and the official (:init ...); placed: {sorted(then)}")
-        partner = swap_partner(text, official, obj)
-        names0 = _region_names(official)
-        for o in (obj, partner) if partner else (obj,):
-            text = _set_init(text, o, then[o])
-            if then[o] in names0:
-                text = _copy_rect(text, official, names0[then[o]])
-    elif factor.kind == "instruction":
-        text = _copy_section(text, official, ":language", factor)
-    elif factor.kind == "task":
-        for key in (":goal", ":obj_of_interest", ":language"):
-            text = _copy_section(text, official, key, factor)
-    else:
-        raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be undone in LIBERO: only position, instruction "
-                                   "and task factors can")
-    return _rebuilt(scenario, text, official, seed)
+    return _rebuilt(scenario, _with_factor_of(text, official, official, factor, swapped=text, verb="undone"),
+                    official, seed)
 
 
 def transplant_factor(source: LiberoScenario, factor: SceneFactor, base: LiberoScenario, seed: int) -> LiberoScenario:
@@ -267,28 +248,36 @@ def transplant_factor(source: LiberoScenario, factor: SceneFactor, base: LiberoS
     if (source.suite, source.task_id) != (base.suite, base.task_id):
         raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be transplanted from suite '{source.suite}' task "
                                    f"{source.task_id} into suite '{base.suite}' task {base.task_id}: tasks differ")
-    src, text, official = source.bddl_text(), base.bddl_text(), _official(base)
+    src, official = source.bddl_text(), _official(base)
+    return _rebuilt(base, _with_factor_of(base.bddl_text(), src, official, factor, swapped=src, verb="transplanted"),
+                    official, seed)
+
+
+def _with_factor_of(text: str, src: str, official: str, factor: SceneFactor, *, swapped: str, verb: str) -> str:
+    """`text` with the BDDL parts of one factor copied from `src`: an object's (:init ...) region and its
+    ranges (with the object it was swapped with, a swap being read from `swapped` against `official`), the
+    (:language ...), or the goal with its objects of interest and language."""
     if factor.kind == "position":
-        now = init_regions(src)
+        placed = init_regions(src)
         obj = factor.entity
-        if obj is None or obj not in now or obj not in init_regions(text):
-            raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be transplanted: {obj!r} is not an object "
-                                       f"placed in both scenarios; placed: {sorted(now)}")
-        partner = swap_partner(src, official, obj)
+        if obj is None or obj not in placed or obj not in init_regions(text):
+            raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be {verb}: {obj!r} is not an object placed "
+                                       f"in both scenarios; placed: {sorted(placed)}")
+        partner = swap_partner(swapped, official, obj)
         names = _region_names(src)
         for o in (obj, partner) if partner else (obj,):
-            text = _set_init(text, o, now[o])
-            if now[o] in names:
-                text = _copy_rect(text, src, names[now[o]])
-    elif factor.kind == "instruction":
-        text = _copy_section(text, src, ":language", factor)
-    elif factor.kind == "task":
+            text = _set_init(text, o, placed[o])
+            if placed[o] in names:
+                text = _copy_rect(text, src, names[placed[o]])
+        return text
+    if factor.kind == "instruction":
+        return _copy_section(text, src, ":language", factor)
+    if factor.kind == "task":
         for key in (":goal", ":obj_of_interest", ":language"):
             text = _copy_section(text, src, key, factor)
-    else:
-        raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be transplanted in LIBERO: only position, "
-                                   "instruction and task factors can")
-    return _rebuilt(base, text, official, seed)
+        return text
+    raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be {verb} in LIBERO: only position, instruction "
+                               "and task factors can")
 
 
 # ---- trace facts -------------------------------------------------------------------------------------
@@ -495,21 +484,8 @@ def classify(f: LiberoTraceFacts) -> tuple[str, list[str], str]:
         o = f.other_grasped[0]
         return "wrong_object", [o, t], (
             f"The policy grasped {W(o)} for {f.grasped[o]} states and never grasped the target {W(t)}.")
-    if f.releases:
-        r = f.releases[-1]
-        if not r.commanded and not r.over_destination:
-            return "slip_during_transport", [t], (
-                f"{W(t)} slipped out of the shut jaws at step {r.step}, {r.height:.2f} m up and {r.dist:.2f} m "
-                f"from {W(dest)}.")
-        if r.over_destination or r.dist <= IMPRECISE_DIST:
-            return "imprecise_placement", [t, dest], (
-                f"{W(t)} was released at step {r.step} {r.dist:.2f} m from {W(dest)} and ended {f.end_dist:.2f} m "
-                f"from its centre, not {f.relation} it.")
-        return "premature_release", [t, dest], (
-            f"The jaws opened at step {r.step} with {W(t)} {r.dist:.2f} m away from {W(dest)}.")
-    if f.tilted:
-        tipped = sorted(f.tilted)
-        return "knocked_over", tipped, f"The policy knocked over {', '.join(W(n) for n in tipped)}."
+    if (found := release_or_tip(f, t, dest, W, f.relation)) is not None:
+        return found
     if held_t and f.target_lifted:
         if f.max_stage >= len(f.stage_kinds) - 1:
             return "imprecise_placement", [t, dest], f"{W(t)} was carried over {W(dest)} but never put down {f.relation} it."

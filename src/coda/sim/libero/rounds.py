@@ -332,6 +332,16 @@ def factor_token(factor: Any, spec: LiberoScenario) -> str | None:
     return None
 
 
+def mode_shares(active: dict[str, list[Any]], budget: int, cfg: Any, rng: np.random.Generator) -> dict[str, int]:
+    """The budget split over modes by learning progress (`allocate_budget`); with more unsolved modes than
+    `1 / engine.exploration_floor`, each is guaranteed an equal share of the modes' part instead."""
+    from coda.engine.progress import allocate_budget
+
+    unsolved = sum(1 for v in active.values() if not (v and v[-1].after >= cfg.solved_threshold))
+    floor = min(cfg.exploration_floor, 1.0 / unsolved) if unsolved else cfg.exploration_floor
+    return allocate_budget(active, budget, floor, cfg.explore_share, cfg.solved_threshold, rng)
+
+
 def mode_key_of(failure_mode: str, tokens: Iterable[str]) -> str:
     """A LIBERO failure mode's key: the failure mode and its factors' roles, e.g. `missed_grasp|position:swap`."""
     return f"{failure_mode}|{'+'.join(sorted(set(tokens)))}"
@@ -341,7 +351,7 @@ def plan_libero_modes(ev: Any) -> Any:
     """CoDA's plan of one round on LIBERO (see the module docstring)."""
     from coda.critic.diagnosis import Diagnosis
     from coda.engine.compile import corrective_start
-    from coda.engine.progress import LearningProgress, allocate_budget
+    from coda.engine.progress import LearningProgress
     from coda.engine.round import replay_states
     from coda.engine.strategies import Plan
 
@@ -375,7 +385,7 @@ def plan_libero_modes(ev: Any) -> Any:
             history[k].append(LearningProgress(mode=k, round=lp.round, before=lp.before, after=lp.after, n=1))
     active = {k: sorted(v, key=lambda lp: lp.round) for k, v in history.items()}
     rng = np.random.default_rng(ev.seed)
-    shares = allocate_budget(active, budget, cfg.exploration_floor, cfg.explore_share, cfg.solved_threshold, rng)
+    shares = mode_shares(active, budget, cfg, rng)
     embed = _embedder(ctx)
     plan = Plan(sources=[], modes={k: {"description": descriptions[k], "embedding": embed(descriptions[k])}
                                    for k in members if k not in records})
@@ -442,4 +452,4 @@ def _embedder(ctx: "RunContext") -> Callable[[str], list[float]]:
 
 
 __all__ = ["EXPLORE_EDITS", "FACTOR_EDITS", "LiberoBackend", "LiberoRoundEnv", "RelabellingExpert", "SPLIT_SUITES",
-           "base_suite", "factor_token", "libero_potential", "libero_stream", "plan_libero_modes"]
+           "base_suite", "factor_token", "mode_shares", "libero_potential", "libero_stream", "plan_libero_modes"]
