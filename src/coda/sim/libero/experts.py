@@ -172,8 +172,11 @@ class PickPlaceExpert:
         movable = ~s.fixture
         movable[s.index[self.task.obj]] = False
         tallest = float(np.max(s.center[movable, 2] + s.half[movable, 2])) if movable.any() else float(s.center[:, 2].min())
-        # an object picked from a high place (a cabinet top) is carried at least as high as it started
-        return max(tallest, self._pick_bottom) + CLEARANCE + self._hang
+        j = s.index[self.task.target]
+        # an object picked from a high place (a cabinet top) is carried at least as high as it started, and
+        # over a fixture it is put on (the cabinet's top) at least as high as that fixture's top
+        goal_top = float(s.center[j, 2] + s.half[j, 2]) if s.fixture[j] else -np.inf
+        return max(tallest, self._pick_bottom, goal_top) + CLEARANCE + self._hang
 
     def _target(self, s: LiberoState) -> tuple[np.ndarray, float, float]:
         """(waypoint position, gripper command, tolerance) of the current phase."""
