@@ -183,8 +183,14 @@ def _program_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
         i += 1
 
 
+def _libero_stream(body: dict[str, Any]) -> Iterator[Any]:
+    from coda.sim.libero.rounds import libero_stream  # lazy: LIBERO is an optional backend
+
+    return libero_stream(body)
+
+
 for _kind, _factory in (("dr", _dr_stream), ("mutate", _mutate_stream), ("scenes", _scenes_stream),
-                        ("program", _program_stream)):
+                        ("program", _program_stream), ("libero", _libero_stream)):
     STREAMS.register(_kind, _factory)
 
 

@@ -206,3 +206,13 @@ def test_a_policy_rollout_runs_to_the_suite_horizon_in_a_new_env() -> None:
             fresh.close()
     finally:
         env.close()
+
+
+def test_a_stream_skips_tasks_an_edit_does_not_fit() -> None:
+    # libero_spatial task 7's bowl sits on the stove's cook region, which has no ranges to shift
+    body = {"kind": "libero", "tasks": [["libero_spatial", 7], ["libero_spatial", 0]],
+            "edits": [["shift_region", {"object": "target"}]], "seed": 0}
+    scenes = [s for s, _ in zip(candidate_stream(body), range(4))]
+    assert len(scenes) == 4 and {s.task_id for s in scenes} == {0}
+    only_stove = {**body, "tasks": [["libero_spatial", 7]]}
+    assert list(candidate_stream(only_stove)) == []  # ends after MAX_TRIES failures in a row

@@ -128,7 +128,8 @@ def libero_stream(body: dict[str, Any]) -> Iterator[LiberoScenario]:
     stream.
     """
     from coda.sim.libero import suites as S
-    from coda.sim.libero.operators import LiberoOperatorError, derive
+    from coda.sim.libero.errors import LiberoError
+    from coda.sim.libero.operators import derive
 
     rng = np.random.default_rng(int(body.get("seed", 0)))
     tasks = [(str(s), int(t)) for s, t in body.get("tasks") or
@@ -142,7 +143,7 @@ def libero_stream(body: dict[str, Any]) -> Iterator[LiberoScenario]:
         ops = fixed or [EXPLORE_EDITS[int(i)] for i in rng.choice(len(EXPLORE_EDITS), size=n_edits, replace=False)]
         try:
             spec = derive(rng, base, [(op, dict(args)) for op, args in ops])
-        except LiberoOperatorError:
+        except LiberoError:  # the edit does not fit this task (e.g. its object sits in a region without ranges)
             failed += 1
             continue
         failed = 0
@@ -169,13 +170,6 @@ def _demo_part(job: tuple[dict[str, Any], list[dict[str, Any]], str]) -> dict[st
     return {"failed": list(report.failed_specs), "written": report.written}
 
 
-def _register_stream() -> None:
-    from coda.engine.strategies import STREAMS
-
-    if "libero" not in STREAMS:
-        STREAMS.register("libero", libero_stream)
-
-
 # ---- the backend ---------------------------------------------------------------------------------------
 
 
@@ -196,7 +190,6 @@ class LiberoBackend(RoundBackend):
             raise LiberoError(f"scene.families = {list(cfg.scene.families)}: {bad} are not LIBERO base suites; "
                               f"with sim.backend = 'libero' use some of {list(BASE_SUITES)}")
         super().__init__(cfg)
-        _register_stream()
         self._check_env: Any = None
 
     def scenario_from_dict(self, data: dict[str, Any]) -> LiberoScenario:
