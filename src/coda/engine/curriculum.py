@@ -170,7 +170,6 @@ class _TrainingCompiler:
 def rediagnosis_probes(ctx: RunContext, r: int, n: int) -> list[ScenarioSpec]:
     """Up to `n` valid held-apart scenes of the programs of round r − 1 flagged `rediagnose` (stuck at level 0),
     shared evenly, to be probed (and their failures diagnosed) first in round r."""
-
     flagged = [p for p in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=r - 1)
                if (p.body.get("mode_program") or {}).get("rediagnose")] if r > 1 else []
     out: list[ScenarioSpec] = []

@@ -33,11 +33,12 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coda.config import CodaConfig
+from coda.engine.backend import RoundBackend
 from coda.engine.context import RunContext, RunDirError, load_run_config, new_run_dir, write_config
 from coda.engine.rollout import Rollout, evaluate_checkpoint
 from coda.scene.spec import ScenarioSpec
 
-EVAL_SPLITS = ("sft", "position", "instruction", "task", "object", "distractor", "physics")
+EVAL_SPLITS = RoundBackend.eval_splits  # the tabletop's; a backend names its own (`ctx.backend.eval_splits`)
 
 
 @dataclass

@@ -254,13 +254,6 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
     return new_ckpt, ctx.run_dir / "demos" / f"round_{r:03d}", table
 
 
-def scene_potentials(specs: Sequence[ScenarioSpec]) -> dict[str, Any]:
-    """Text2potential on each scene's canonical stage plan: spec_id -> StagedPotential."""
-    from coda.shaping.text2potential import canonical_plan, compile_plan
-
-    return {s.spec_id: compile_plan(canonical_plan(s), s) for s in specs}
-
-
 # ---- compile ------------------------------------------------------------------------------------------
 
 FILL_KEY = "fill"
@@ -427,4 +420,4 @@ for _s in (Strategy("coda", True, True, _plan_modes), Strategy("coda-sparse", Tr
 
 __all__ = ["Evidence", "FILL_KEY", "Plan", "Planner", "STRATEGIES", "STREAMS", "Strategy", "StrategyError",
            "candidate_stream", "explore_probes", "level_buffer", "level_score", "make_strategy", "phase_compile",
-           "plr_draw", "rescore_probes", "run_round", "scene_potentials"]
+           "plr_draw", "rescore_probes", "run_round"]
