@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from coda.engine.backend import RoundBackend
+from coda.sim.libero.diagnose import libero_potential
 from coda.sim.libero.scenario import LiberoScenario, base_suite
 from coda.sim.libero.targets import TargetActionEnv, TargetExpert
 
@@ -102,19 +103,6 @@ class RelabellingExpert:
         return self.inner.act(state)
 
 
-def libero_potential(env: Any, states: Sequence[Any]) -> Any:
-    """The canonical staged potential of the env's current scenario, on the predicates of its first state."""
-    from coda.shaping.text2potential import StagedPotential
-    from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds, libero_stage_program
-
-    raw = env.env if isinstance(env, TargetActionEnv) else env
-    regions = raw.control_env.env.parsed_problem["regions"]
-    s0 = states[0]
-    program = libero_stage_program(raw.goal, regions, s0.names)
-    P = LiberoPredicates.for_state(s0, goal_pair(raw.goal, regions, s0.names))
-    return StagedPotential(program, None, P, kinds=libero_kinds(raw.goal, regions, s0.names))
-
-
 # ---- generation --------------------------------------------------------------------------------------
 
 
@@ -161,7 +149,7 @@ def _demo_part(job: tuple[dict[str, Any], list[dict[str, Any]], str]) -> dict[st
     try:
         def phi(spec: Any, ep: Any) -> np.ndarray:
             states = replay_states(env, spec, ep.actions)
-            return np.asarray(libero_potential(env, states).phis(states), np.float32)
+            return np.asarray(libero_potential(states[0], spec).phis(states), np.float32)
 
         report = collect_demos(env, [LiberoScenario.from_dict(s) for s in scenes], lambda _s: RelabellingExpert(env),
                                part_dir, progress=False, potential_fn=phi)
@@ -281,11 +269,8 @@ class LiberoBackend(RoundBackend):
 
     def phis(self, env: Any, spec: Any, states: Sequence[Any], program: dict[str, Any] | None = None,
              accepted: set[str] = frozenset()) -> list[float]:
-        """Φ of the canonical stage program of the scene's goal (env: reset to `spec` or replayed in it)."""
-        raw = env.env if isinstance(env, TargetActionEnv) else env
-        if raw.scenario.spec_id != spec.spec_id:
-            env.reset_to(spec)
-        return [float(x) for x in libero_potential(env, states).phis(states)]
+        """Φ of the canonical stage program of the scene's goal (`coda.sim.libero.diagnose.libero_potential`)."""
+        return [float(x) for x in libero_potential(states[0], spec).phis(states)]
 
     def make_critic(self) -> Any:
         from coda.critic.base import make_critic
@@ -445,4 +430,4 @@ def _embedder(ctx: "RunContext") -> Callable[[str], list[float]]:
 
 
 __all__ = ["EXPLORE_EDITS", "FACTOR_EDITS", "LiberoBackend", "LiberoRoundEnv", "RelabellingExpert", "SPLIT_SUITES",
-           "base_suite", "factor_token", "mode_shares", "libero_potential", "libero_stream", "plan_libero_modes"]
+           "base_suite", "factor_token", "mode_shares", "libero_stream", "plan_libero_modes"]
