@@ -31,7 +31,9 @@ from coda.critic.verify import CheckResult, Verdict  # noqa: E402
 from coda.engine.compile import RoleStage, bind_potential, child_program, corrective_start, load_training_program  # noqa: E402
 from coda.engine.curriculum import rediagnosis_probes  # noqa: E402
 from coda.engine.loop import start_run  # noqa: E402
-from coda.engine.round import phase_diagnose, phase_evaluate, phase_generate, phase_train_round, phase_verify  # noqa: E402
+from coda.engine.rollout import evaluate_checkpoint  # noqa: E402
+from coda.engine.round import (held_apart_scenes, phase_diagnose, phase_evaluate, phase_generate,  # noqa: E402
+                               phase_measure, phase_train_round, phase_verify)
 from coda.engine.strategies import STRATEGIES, explore_probes, phase_compile  # noqa: E402
 from coda.memory import GenerationProgram  # noqa: E402
 from coda.memory import Verdict as VerdictRecord  # noqa: E402
@@ -121,7 +123,8 @@ def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_train
     far_left = region("far_left")
     assert mode_scenes and all(far_left.contains(*s.object(s.goal[0].args[0]).pos) for s in mode_scenes)
 
-    phase_train_round(ctx, 1, ckpt, generated, probes, [ctx.run_dir / "demos" / "round_000"], shaping_weight=1.0)
+    new_ckpt = phase_train_round(ctx, 1, ckpt, generated, probes, [ctx.run_dir / "demos" / "round_000"],
+                                 shaping_weight=1.0)
     episodes = list(DemoDataset(ctx.run_dir / "demos" / "round_001").episodes())
     def labelled(e: Any) -> bool:
         return any(c is not None for c in e.label_chunks or [])
@@ -143,6 +146,17 @@ def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_train
             assert np.allclose(ep.potentials, want)
     finally:
         env.close()
+
+    # learning progress of the mode: both checkpoints on held-apart scenes of its program (another seed)
+    phase_measure(ctx, 1, ckpt, new_ckpt, {E.FAMILY: {}})
+    (lp,) = mem.list("progress")
+    held = held_apart_scenes(progs["mode0_r1"].body["program"], ctx.seed_for("held_apart", 1, "mode0_r1"),
+                             cfg.engine.mode_probes)
+    assert held and not {s.spec_id for s in held} & {s.spec_id for s in generated.scenes}
+    want = [np.mean([x.success for x in evaluate_checkpoint(c, held, cfg.sim, workers=1, record_states=False)])
+            for c in (ckpt, new_ckpt)]
+    assert (lp.failure_mode_id, lp.before, lp.after) == (mode.id, *want)
+    assert lp.budget_share == progs["mode0_r1"].body["count"] / cfg.engine.generation_budget
     ctx.memory.close()
 
 
@@ -169,3 +183,24 @@ def test_a_program_stuck_at_level_0_is_probed_again_next_round(tmp_path: Path) -
     assert made == [s.spec_id for s in rediagnosis_probes(ctx, 2, 2)]  # seeded: a resumed run probes the same
     assert not set(made) & {s.spec_id for s in explore_probes(ctx, 2, 2)}
     mem.close()
+
+
+def test_demo_potentials_are_those_of_the_states_the_expert_passed_through(tmp_path: Path) -> None:
+    """Φ is taken from the states recorded while the expert ran (no second rollout); they are the states a
+    replay of the episode's actions re-creates."""
+    from coda.engine.backend import backend_for
+    from coda.engine.round import replay_states
+
+    cfg = E.config("sft", 0)
+    backend = backend_for(cfg)
+    scenes, _ = backend.build_split(E.FAMILY, "train", "sft", 2, seed=5)
+    report = backend.collect_demos(scenes, tmp_path / "demos")
+    assert report.written == 2
+    env = backend.make_env()
+    try:
+        for spec, ep in zip(scenes, DemoDataset(tmp_path / "demos").episodes()):
+            want = backend.phis(env, spec, replay_states(env, spec, ep.actions))
+            assert len(ep.potentials) == ep.length + 1 and ep.potentials[-1] > ep.potentials[0]
+            np.testing.assert_allclose(ep.potentials, want, atol=1e-6)
+    finally:
+        env.close()

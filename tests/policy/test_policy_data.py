@@ -78,7 +78,7 @@ def test_collect_demos_records_successes_and_reports_failures(tmp_path: Path) ->
     assert (report.attempted, report.succeeded, report.written) == (4, 4, 4)
     # a time limit too short for the expert: failures are reported, kept only on request
     report = collect_demos(PointReachEnv(max_steps=3), specs[:2], lambda s: ReachExpert(), tmp_path / "short",
-                           keep_failures=True, potential_fn=lambda spec, ep: np.zeros(ep.length + 1))
+                           keep_failures=True, potential_fn=lambda spec, states: np.zeros(len(states)))
     assert report.succeeded == 0 and report.failed_specs == [s.spec_id for s in specs[:2]] and report.written == 2
     ds = DemoDataset(tmp_path / "short")
     assert [e["success"] for e in ds.index["episodes"]] == [False, False]

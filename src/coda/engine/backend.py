@@ -102,13 +102,12 @@ class RoundBackend:
 
     def collect_demos(self, specs: Sequence[Any], out_dir: Any) -> Any:
         """Expert demos in `specs` (canonical Φ attached) into the dataset directory `out_dir`; a DemoReport."""
-        from coda.engine.round import replay_states
         from coda.policy.data import collect_demos
 
         env = self.make_env()
         try:
-            def phi(spec: Any, ep: Any) -> np.ndarray:
-                return np.asarray(self.phis(env, spec, replay_states(env, spec, ep.actions)), np.float32)
+            def phi(spec: Any, states: Sequence[Any]) -> np.ndarray:
+                return np.asarray(self.phis(env, spec, states), np.float32)
 
             return collect_demos(env, list(specs), lambda s: self.expert(s, env), out_dir, progress=True,
                                  potential_fn=phi)

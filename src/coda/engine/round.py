@@ -357,15 +357,16 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     env = backend.make_env()
     n_demo = 0
 
-    def with_phi(ep: Any, spec: Any, program: dict[str, Any] | None) -> Any:
-        return _with_potential(ep, spec, env, lambda states: backend.phis(env, spec, states, program, accepted))
+    def with_phi(ep: Any, spec: Any, program: dict[str, Any] | None, states: list[Any] | None = None) -> Any:
+        return _with_potential(ep, spec, env, lambda s: backend.phis(env, spec, s, program, accepted), states)
 
     try:
         with DemoWriter(tmp) as writer:
             for spec, key in list(zip(generated.scenes, generated.program_keys))[:n_expert]:
-                ep = run_expert_episode(env, spec, backend.expert(spec, env))
+                states: list[Any] = []
+                ep = run_expert_episode(env, spec, backend.expert(spec, env), states=states)
                 if ep.success:
-                    writer.add(with_phi(ep, spec, mode_tp.get(key)))
+                    writer.add(with_phi(ep, spec, mode_tp.get(key), states))
                     n_demo += 1
             for p, start, body in corrective:
                 ep = corrective_episode(env, p.spec, p.actions, backend.expert(p.spec, env),
@@ -422,11 +423,13 @@ def _accepted_potentials(ctx: RunContext, r: int) -> set[str]:
     return {k for k, ok in latest.items() if ok}
 
 
-def _with_potential(ep: Any, spec: Any, env: Any, phis: Any) -> Any:
-    """Attach Φ(s_t) along the episode (its states re-created by replay); `phis(states) -> values`."""
+def _with_potential(ep: Any, spec: Any, env: Any, phis: Any, states: Sequence[Any] | None = None) -> Any:
+    """Attach Φ(s_t) along the episode; `phis(states) -> values`. Its states are the ones recorded while it ran
+    when given, else re-created by replaying its actions (the physics is deterministic)."""
     import dataclasses
 
-    states = replay_states(env, spec, ep.actions)
+    if states is None:
+        states = replay_states(env, spec, ep.actions)
     return dataclasses.replace(ep, potentials=np.asarray(phis(states), np.float32))
 
 
@@ -462,22 +465,27 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
         from coda.memory import LearningProgress as ProgressRecord
 
         k = ctx.cfg.engine.mode_probes
-        rows = []
         budget = ctx.cfg.engine.generation_budget
+        measured = []  # (program, its held-apart probes); every mode is rolled out in one batch per checkpoint
         for prog in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=r):
-            if not prog.body.get("mode_program") or prog.failure_mode_id is None:
+            if not prog.body.get("mode_program") or prog.failure_mode_id is None or not int(prog.body["count"]):
                 continue
             probes = ctx.backend.held_apart(prog.body, ctx.seed_for("held_apart", r, prog.key), k)
-            if not probes:
-                continue
-            before = evaluate_checkpoint(prev_checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,
-                                         record_states=False)
-            after = evaluate_checkpoint(checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,
-                                        record_states=False)
+            if probes:
+                measured.append((prog, probes))
+        if not measured:
+            return []
+        flat = [s for _, probes in measured for s in probes]
+        before, after = (evaluate_checkpoint(c, flat, ctx.cfg.sim, workers=ctx.cfg.runtime.workers, record_states=False)
+                         for c in (prev_checkpoint, checkpoint))
+        rows, i = [], 0
+        for prog, probes in measured:
+            j = i + len(probes)
             rows.append(ProgressRecord(failure_mode_id=prog.failure_mode_id,
-                                       before=float(np.mean([x.success for x in before])),
-                                       after=float(np.mean([x.success for x in after])),
+                                       before=float(np.mean([x.success for x in before[i:j]])),
+                                       after=float(np.mean([x.success for x in after[i:j]])),
                                        budget_share=int(prog.body["count"]) / budget))
+            i = j
         return rows
 
     return phase_measure_splits(ctx, r, checkpoint, splits, extra_records=progress_records)

@@ -335,11 +335,13 @@ def _first_action(chunk: Any) -> np.ndarray:
     return a.reshape(-1, a.shape[-1])[0] if a.ndim > 1 else a
 
 
-def run_expert_episode(env: Any, spec: Any, expert: Any, max_steps: int | None = None) -> Episode:
+def run_expert_episode(env: Any, spec: Any, expert: Any, max_steps: int | None = None,
+                       states: list[Any] | None = None) -> Episode:
     """Roll a scripted expert out in `env` from `spec`, re-planning every step, and record the episode.
 
     The expert contract is `act(state) -> action chunk (K, A)` (or one action (A,)); the first action is
-    executed so the expert stays closed-loop. `env.reset_to(spec)` returns `(obs, info)`.
+    executed so the expert stays closed-loop. `env.reset_to(spec)` returns `(obs, info)`. When `states` is a
+    list, the T + 1 privileged states the episode passed through are appended to it.
     """
     obs, info = env.reset_to(spec)
     if hasattr(expert, "reset"):
@@ -348,7 +350,10 @@ def run_expert_episode(env: Any, spec: Any, expert: Any, max_steps: int | None =
     terminated = truncated = False
     success = bool(info.get("success", False))
     while not (terminated or truncated):
-        action = _first_action(expert.act(env.state()))
+        state = env.state()
+        if states is not None:
+            states.append(state)
+        action = _first_action(expert.act(state))
         obs, reward, terminated, truncated, info = env.step(action)
         observations.append(obs)
         actions.append(action)
@@ -356,6 +361,8 @@ def run_expert_episode(env: Any, spec: Any, expert: Any, max_steps: int | None =
         success = bool(info.get("success", False))
         if max_steps is not None and len(actions) >= max_steps:
             break
+    if states is not None:
+        states.append(env.state())
     return Episode(
         observations=observations,
         actions=np.stack(actions),
@@ -456,7 +463,7 @@ def collect_demos(
     *,
     keep_failures: bool = False,
     max_steps: int | None = None,
-    potential_fn: Callable[[Any, Episode], np.ndarray] | None = None,
+    potential_fn: Callable[[Any, Sequence[Any]], np.ndarray] | None = None,
     append: bool = False,
     progress: bool = False,
 ) -> CollectReport:
@@ -469,7 +476,8 @@ def collect_demos(
         out_dir: dataset directory.
         keep_failures: also write episodes the expert failed (flagged success = False).
         max_steps: cap on steps per episode (default: the env's own time limit).
-        potential_fn: optional (spec, episode) -> (T+1,) potentials stored with the episode.
+        potential_fn: optional (spec, states) -> (T+1,) potentials stored with the episode, where `states`
+            are the T + 1 privileged states the expert's episode passed through (no replay needed).
         append: add to an existing dataset.
         progress: show a progress bar.
     Returns:
@@ -481,7 +489,8 @@ def collect_demos(
     with DemoWriter(out_dir, append=append) as writer:
         it = track(specs, description="collecting demos", disable=not progress, transient=True)
         for spec in it:
-            ep = run_expert_episode(env, spec, expert_factory(spec), max_steps)
+            states: list[Any] | None = [] if potential_fn is not None else None
+            ep = run_expert_episode(env, spec, expert_factory(spec), max_steps, states=states)
             report.attempted += 1
             if ep.success:
                 report.succeeded += 1
@@ -489,7 +498,7 @@ def collect_demos(
                 report.failed_specs.append(ep.spec_id)
             if ep.success or keep_failures:
                 if potential_fn is not None:
-                    ep = dataclasses.replace(ep, potentials=np.asarray(potential_fn(spec, ep), np.float32))
+                    ep = dataclasses.replace(ep, potentials=np.asarray(potential_fn(spec, states), np.float32))
                 writer.add(ep)
                 report.written += 1
                 report.steps += ep.length

@@ -140,15 +140,13 @@ def libero_stream(body: dict[str, Any]) -> Iterator[LiberoScenario]:
 
 def _demo_part(job: tuple[dict[str, Any], list[dict[str, Any]], str]) -> dict[str, Any]:
     """One worker's share of `LiberoBackend.collect_demos`: its scenes' expert demos, with Φ, into `part_dir`."""
-    from coda.engine.round import replay_states
     from coda.policy.data import collect_demos
     from coda.sim.config import SimConfig
 
     sim, scenes, part_dir = job
     env = LiberoRoundEnv(SimConfig.model_validate(sim))
     try:
-        def phi(spec: Any, ep: Any) -> np.ndarray:
-            states = replay_states(env, spec, ep.actions)
+        def phi(spec: Any, states: Sequence[Any]) -> np.ndarray:
             return np.asarray(libero_potential(states[0], spec).phis(states), np.float32)
 
         report = collect_demos(env, [LiberoScenario.from_dict(s) for s in scenes], lambda _s: RelabellingExpert(env),
