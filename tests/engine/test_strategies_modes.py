@@ -76,8 +76,11 @@ def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_train
 
     copy_round0(ctx, E.round0())
     ckpt = ctx.run_dir / "checkpoints" / "round_000.pt"
-    probes = phase_evaluate(ctx, 1, ckpt, explore_probes(ctx, 1, 2))
+    probes = phase_evaluate(ctx, 1, ckpt, lambda: explore_probes(ctx, 1, 2))
     assert not any(p.success for p in probes)
+    # committed: the probes come back from memory, none are drawn again
+    again = phase_evaluate(ctx, 1, ckpt, lambda: pytest.fail("probes drawn for a committed evaluation"))
+    assert [(p.episode_id, p.spec.spec_id) for p in again] == [(p.episode_id, p.spec.spec_id) for p in probes]
     env = TabletopEnv(config=cfg.sim)
     try:
         diagnoses = phase_diagnose(ctx, 1, probes, ScriptedCritic(), env, 2)

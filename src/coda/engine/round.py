@@ -20,7 +20,7 @@ stored as an invalid Scenario with the check's reason.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,13 +65,19 @@ def replay_states(env: Any, spec: ScenarioSpec, actions: np.ndarray) -> list[Any
 
 # ---- evaluate ---------------------------------------------------------------------------------------
 
-def phase_evaluate(ctx: RunContext, r: int, checkpoint: Path, probes: Sequence[ScenarioSpec]) -> list[ProbeEpisode]:
-    """Roll the current policy out on the round's probe scenes; episodes and their actions to memory."""
+def phase_evaluate(ctx: RunContext, r: int, checkpoint: Path,
+                   probes: Sequence[ScenarioSpec] | Callable[[], Sequence[ScenarioSpec]]) -> list[ProbeEpisode]:
+    """Roll the current policy out on the round's probe scenes; episodes and their actions to memory.
+
+    `probes` may be a function that draws them: it is called only when the phase runs, so a resumed round
+    whose evaluation is committed reads its probes back from memory without drawing and checking them again.
+    """
     from coda.memory import ArtifactStore, Episode, Scenario
 
     mem = ctx.memory
     store = ArtifactStore(ctx.run_dir)
     if ctx.pending(r, "evaluate"):
+        probes = list(probes()) if callable(probes) else probes
         with progress_bar(ctx.console) as bar:
             task = bar.add_task(f"round {r} · evaluate", total=len(probes))
             rollouts = evaluate_checkpoint(checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,

@@ -229,11 +229,15 @@ def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
 
     cfg, backend = ctx.cfg, ctx.backend
     n_probe = cfg.engine.probe_scenes
-    if strategy.uses_critic:
-        again = rediagnosis_probes(ctx, r, max(1, n_probe // 2))
-    else:
-        again = rescore_probes(ctx, r, strategy.rescore, n_probe // 2)
-    probes = phase_evaluate(ctx, r, checkpoint, [*again, *explore_probes(ctx, r, n_probe - len(again))])
+
+    def draw_probes() -> list[ScenarioSpec]:
+        if strategy.uses_critic:
+            again = rediagnosis_probes(ctx, r, max(1, n_probe // 2))
+        else:
+            again = rescore_probes(ctx, r, strategy.rescore, n_probe // 2)
+        return [*again, *explore_probes(ctx, r, n_probe - len(again))]
+
+    probes = phase_evaluate(ctx, r, checkpoint, draw_probes)
     verdicts: dict[int, Any] = {}
     diagnoses: dict[int, Any] = {}
     if strategy.uses_critic:
