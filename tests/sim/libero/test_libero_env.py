@@ -102,6 +102,19 @@ def test_seeded_placement_from_a_widened_region(env: LiberoEnv) -> None:
     assert env.state().success is False and (x1 - x0) > 0.12
 
 
+def test_sampled_placements_on_fixtures_land_on_them_on_every_reset(env: LiberoEnv) -> None:
+    """libero_spatial task 7 starts one bowl on the stove's cook region and one on the cabinet's top. LIBERO
+    adds the region site's world position to the fixture's sampled one; after a soft reset the fixture's
+    previous position was counted twice and the bowl landed beside the robot, off the table."""
+    for seed in (1, 2, 2):  # a new ControlEnv resets once itself: every reset_to here is a soft reset
+        env.reset_to(LiberoScenario("libero_spatial", 7, init_state=None, seed=seed))
+        s = env.state()
+        for obj, fixture in (("akita_black_bowl_1", "flat_stove_1"), ("akita_black_bowl_2", "wooden_cabinet_1")):
+            i, j = s.index[obj], s.index[fixture]
+            assert np.all(np.abs(s.center[i, :2] - s.center[j, :2]) < s.half[j, :2]), (seed, obj, s.center[i])
+            assert s.center[i, 2] - s.half[i, 2] > s.center[j, 2]  # resting on it, above its middle
+
+
 def test_official_state_of_another_scene_is_refused(env: LiberoEnv) -> None:
     with pytest.raises(LiberoError, match=r"init_state \(50\) is out of range"):
         env.reset_to(LiberoScenario("libero_object", 0, init_state=50))

@@ -60,6 +60,21 @@ class LiberoSnapshot:
     grip_cmd: float
 
 
+def _fixture_homes(env: Any) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(body id, position, quaternion) of each fixture's root body as the scene's MJCF declares it."""
+    import xml.etree.ElementTree as ET
+
+    bodies = {b.get("name"): b for b in ET.fromstring(env.model.get_xml()).iter("body")}
+    homes = []
+    for fixture in env.fixtures_dict.values():
+        body = bodies.get(fixture.root_body)
+        attrs = body.attrib if body is not None else {}
+        pos = np.array(attrs.get("pos", "0 0 0").split(), float)
+        quat = np.array(attrs.get("quat", "1 0 0 0").split(), float)
+        homes.append((env.sim.model.body_name2id(fixture.root_body), pos, quat))
+    return homes
+
+
 def _control_env_cls() -> Any:
     try:
         from libero.libero.envs.env_wrapper import ControlEnv
@@ -108,6 +123,7 @@ class LiberoEnv(gym.Env):
         self._scenario: LiberoScenario | None = None
         self._ctrl: Any = None  # libero ControlEnv
         self._bddl: str | None = None  # BDDL text the ControlEnv was built from
+        self._fixture_homes: list[tuple[int, np.ndarray, np.ndarray]] = []  # fixture root bodies as the MJCF has them
         self._tmpdir: Path | None = None
         self._reader: StateReader | None = None
         self._obs: ObservationBuilder | None = None
@@ -187,6 +203,7 @@ class LiberoEnv(gym.Env):
             np.random.seed(scenario.seed)
             for _ in range(PLACEMENT_TRIES):
                 try:
+                    self._home_fixtures()
                     env.reset()
                     break
                 except RandomizationError:
@@ -216,6 +233,20 @@ class LiberoEnv(gym.Env):
         self._success = bool(self._ctrl.check_success())
         s = self._read()
         return self._obs.build(s), {"success": self._success, "steps": 0}  # type: ignore[union-attr]
+
+    def _home_fixtures(self) -> None:
+        """Put the fixtures back where the scene's MJCF has them before a soft reset samples placements.
+
+        LIBERO places an object that starts on a fixture's region (a bowl on the stove's cook region, on
+        the cabinet's top) at the fixture's sampled position plus the region site's world position, read
+        before the fixtures are moved. That is the site's offset within the fixture only while the fixture
+        sits at its MJCF origin, as after a hard reset; after a soft reset the fixture's previous position
+        was counted twice and the bowl was put down off the table, beside the robot.
+        """
+        model = self._ctrl.env.sim.model
+        for body_id, pos, quat in self._fixture_homes:
+            model.body_pos[body_id] = pos
+            model.body_quat[body_id] = quat
 
     def _official_state(self, scenario: LiberoScenario, size: int) -> np.ndarray:
         key = (scenario.suite, scenario.task_id)
@@ -261,6 +292,7 @@ class LiberoEnv(gym.Env):
             ) from None
         self._bddl = text
         env = self._ctrl.env
+        self._fixture_homes = _fixture_homes(env)
         self._instruction = str(self._ctrl.language_instruction)
         self._goal = [list(map(str, g)) for g in env.parsed_problem["goal_state"]]
         self._interest = list(env.parsed_problem.get("obj_of_interest") or [])
