@@ -76,3 +76,29 @@ def test_a_bowl_resting_on_a_fixture_is_not_in_a_compartment(env: LiberoEnv) -> 
     expert = expert_for(env)
     expert.act(env.state())
     assert not in_compartment(env.state(), expert.task.obj) and expert.heading == HEADING_Y
+
+
+def test_the_carry_clears_only_objects_near_its_path(env: LiberoEnv) -> None:
+    """libero_spatial task 7, official initial state 5: the other bowl stands on the cabinet, across the table
+    from the stove-to-plate path. Counted, it lifted the carry to 1.26 m; lowering from there at the far edge
+    of the workspace, the arm's elbow straightened at its limit 4 cm above the plate and the bowl was dropped
+    off it. Ignored, the carry clears only what is near the path and the bowl is put on the plate."""
+    import numpy as np
+
+    from coda.sim.libero.experts import expert_for, path_gap
+
+    boxes = np.array([[0.5, 1.0], [2.5, 0.0], [0.5, 0.0]])  # above the path, beyond its end, across it
+    np.testing.assert_allclose(path_gap(boxes, np.full((3, 2), 0.5), np.zeros(2), np.array([1.0, 0.0]), 101),
+                               [0.5, 1.0, 0.0], atol=1e-9)
+    env.reset_to(LiberoScenario("libero_spatial", 7, init_state=5))
+    expert = expert_for(env)
+    s = env.state()
+    on_cabinet = s.center[s.index["akita_black_bowl_2"]]
+    carry = []
+    while not env.state().success and env.steps < env.max_steps:
+        env.step(expert.act(env.state()))
+        if expert.PHASES[expert.phase] == "over":
+            carry.append(expert._carry_z(env.state()))
+    assert env.state().success, f"expert failed after {env.steps} steps"
+    cabinet_bowl_top = on_cabinet[2] + s.half[s.index["akita_black_bowl_2"], 2]
+    assert carry and max(carry) < cabinet_bowl_top  # lower than the top of the bowl on the cabinet, which it never passes
