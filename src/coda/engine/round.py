@@ -474,7 +474,7 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
         budget = ctx.cfg.engine.generation_budget
         measured = []  # (program, its held-apart probes); every mode is rolled out in one batch per checkpoint
         for prog in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=r):
-            if not prog.body.get("mode_program") or prog.failure_mode_id is None or not int(prog.body["count"]):
+            if not prog.body.get("mode_program") or prog.failure_mode_id is None:
                 continue
             probes = ctx.backend.held_apart(prog.body, ctx.seed_for("held_apart", r, prog.key), k)
             if probes:
