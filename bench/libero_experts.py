@@ -1,4 +1,4 @@
-"""Scripted pick-and-place expert success per LIBERO task on its official initial states.
+"""Scripted expert success per LIBERO task on its official initial states.
 
 Each episode: the task's official BDDL and instruction, one official initial state, 10 settle steps, then
 the expert (`coda.sim.libero.experts`) until `check_success()` or the suite's evaluation horizon. Writes
@@ -78,7 +78,7 @@ def main() -> None:
             n = min(args.n, len(S.init_states(suite, task_id)))
             try:
                 episodes = [rollout_expert(env, LiberoScenario(suite, task_id, init_state=k)) for k in range(n)]
-            except LiberoError as e:  # a goal the pick-and-place expert does not handle (open, turnon, push)
+            except LiberoError as e:  # a goal no scripted expert handles (push, close, several predicates)
                 result["experts"].setdefault(suite, {})[str(task_id)] = None
                 result["tasks"][f"{suite}:{task_id}"] = {"n": 0, "success": None, "unsupported": str(e).splitlines()[0]}
                 print(f"{suite} task {task_id}: no expert ({str(e).splitlines()[0]})", flush=True)

@@ -102,3 +102,50 @@ def test_the_carry_clears_only_objects_near_its_path(env: LiberoEnv) -> None:
     assert env.state().success, f"expert failed after {env.steps} steps"
     cabinet_bowl_top = on_cabinet[2] + s.half[s.index["akita_black_bowl_2"], 2]
     assert carry and max(carry) < cabinet_bowl_top  # lower than the top of the bowl on the cabinet, which it never passes
+
+
+@pytest.mark.parametrize("task,part,expert_name", [(0, "wooden_cabinet_1_middle_region", "DrawerExpert"),
+                                                   (7, "flat_stove_1", "KnobExpert")])
+def test_articulated_goal_experts_open_the_drawer_and_turn_the_stove_on(env: LiberoEnv, task: int, part: str,
+                                                                        expert_name: str) -> None:
+    """libero_goal task 0 ("open the middle drawer of the cabinet") and task 7 ("turn on the stove"): the
+    part the goal names is read from the state, closed (off) at the start and open (on) when the expert is
+    done, in agreement with LIBERO's own predicate."""
+    from coda.sim.libero.experts import expert_for
+
+    scenario = LiberoScenario("libero_goal", task, init_state=1)
+    env.reset_to(scenario)
+    s = env.state()
+    predicate = next(iter(env.predicates()))
+    assert sorted(s.parts) == ["flat_stove_1", "wooden_cabinet_1_bottom_region", "wooden_cabinet_1_middle_region",
+                               "wooden_cabinet_1_top_region"]
+    assert not s.parts[part].is_open and env.predicates()[predicate] is False
+    assert type(expert_for(env)).__name__ == expert_name
+    episode = rollout_expert(env, scenario)
+    assert episode.success, f"{expert_name} failed libero_goal task {task} init state 1 after {episode.steps} steps"
+    assert env.state().parts[part].is_open and env.predicates()[predicate] is True
+
+
+def test_drawer_part_moves_its_handle_along_the_opening_direction(env: LiberoEnv) -> None:
+    """The drawer's handle is the collision geom furthest out along the opening direction, and moves with
+    the joint: opened by 5 cm, the handle is 5 cm further out."""
+    import numpy as np
+
+    env.reset_to(LiberoScenario("libero_goal", 0, init_state=0))
+    before = env.state().parts["wooden_cabinet_1_middle_region"]
+    assert before.kind == "slide" and before.opening == -1.0 and before.open_at == -0.14
+    sim = env.control_env.env.sim
+    sim.data.set_joint_qpos(before.joint, -0.05)
+    env.step(np.zeros(7))  # the drawer's joint is damped and unsprung: it stays where it was put
+    after = env.state().parts["wooden_cabinet_1_middle_region"]
+    assert after.qpos == pytest.approx(-0.05, abs=1e-3)
+    np.testing.assert_allclose(after.handle - before.handle, -after.qpos * before.open_dir, atol=1e-6)
+    assert float(before.handle @ before.open_dir) == pytest.approx(float(before.hi @ np.abs(before.open_dir)), abs=0.01)
+
+
+def test_drawer_demos_are_refused_as_targets(env: LiberoEnv) -> None:
+    from coda.sim.libero.targets import TargetExpert
+
+    env.reset_to(LiberoScenario("libero_goal", 0, init_state=0))
+    with pytest.raises(LiberoError, match="drawer expert turns the hand"):
+        TargetExpert(env).reset()

@@ -65,7 +65,7 @@ class TargetPolicyAdapter:
 
 
 class ExpertPolicy:
-    """The privileged scripted pick-and-place expert (`coda.sim.libero.experts`) as an episode policy."""
+    """The episode's privileged scripted expert (`coda.sim.libero.experts.expert_for`) as an episode policy."""
 
     def __init__(self, env: "LiberoEnv") -> None:
         self.env = env

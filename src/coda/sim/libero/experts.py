@@ -1,8 +1,8 @@
-"""A scripted pick-and-place expert on privileged state, for LIBERO `in` / `on` goals (libero_object,
-libero_spatial and the pick-and-place tasks of other suites).
+"""Scripted experts on privileged state: pick-and-place for LIBERO `in` / `on` goals (libero_object,
+libero_spatial and the pick-and-place tasks of other suites), opening a drawer and turning a stove on.
 
-Waypoints (grip site targets): above the grasp point, down to it, close, lift to the carry height, over
-the place point, down to the release height, open, up. Each control step is a proportional OSC_POSE delta
+Pick-and-place waypoints (grip site targets): above the grasp point, down to it, close, lift to the carry
+height, over the place point, down to the release height, open, up. Each control step is a proportional OSC_POSE delta
 towards the current waypoint (positions re-read from the state every step, so a nudged object is followed)
 with the orientation held pointing down, fingers closing along world y (heading pi/2 in
 `LiberoState.eef_yaw` terms), or along world x (heading 0) for a bowl in a cabinet compartment.
@@ -19,12 +19,29 @@ layer must clear the cabinet's top; lifted up beside the cabinet, it need not). 
 path do not count: a bowl standing on the cabinet across the table lifted the carry to 1.26 m, and the arm,
 lowering from there at the far edge of its workspace, straightened its elbow to its limit 4 cm above the
 plate (libero_spatial task 7).
+
+Articulated goals have their own experts, on the parts of `LiberoState.parts`:
+
+- `DrawerExpert` (`open` a drawer region): the hand turns to face the drawer (pointing against the drawer's
+  opening direction, fingers closing vertically) on its way to HAND_RISE above a point PRE_REACH in front
+  of the handle, comes down to that point, narrows the fingers to about 4 cm, reaches in, closes on the
+  handle bar and pulls along the opening direction. Facing the drawer, the hand hangs 10 cm below the
+  grip site: moving straight to the front point it swept bowls on the table into its own path (6 of 50
+  official states of libero_goal task 0 failed so), and the open lower finger caught a bowl standing in
+  front of the drawer. A top-down grasp does not fit: the drawer
+  above's handle sits right over the bar, and the gap between bar and drawer front is narrower than a
+  finger. The facing hand is outside CoDA's 5-D target contract (pointing down), so these demos are 7-D
+  only.
+- `KnobExpert` (`turnon` a stove): the fingers close across the knob's fin over its pivot (pointing down)
+  and the wrist turns by KNOB_TURN about the vertical. Pushing the fin's end sideways instead stalled at
+  0.47 rad (the goal needs 0.5) on 3 of 10 official states: the arm, low and close to its base, could not
+  follow the fin.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -262,10 +279,138 @@ class PickPlaceExpert:
         return a.astype(np.float32)
 
 
-def expert_for(env: "LiberoEnv") -> PickPlaceExpert:
-    """The pick-and-place expert for the current episode of a `LiberoEnv` (privileged BDDL goal)."""
+PRE_REACH = 0.10  # the facing hand waits this far in front of a drawer handle before reaching in, m
+HAND_RISE = 0.12  # the facing hand comes down to the drawer from this far above its handle, m
+NARROW_STEPS = 4  # closing steps before reaching in: the fingers, 8 cm apart when open, go about 4 cm apart
+PULL_AHEAD = 0.08  # while pulling, the target runs this far ahead of the handle along the opening direction, m
+KNOB_BELOW_TOP = 0.02  # the fingers close on a knob's fin this far below its top, m
+KNOB_TURN = 0.9  # the wrist turns a grasped knob this far (rad); LIBERO's stoves are on from 0.5 rad
+
+
+def facing(direction: np.ndarray) -> np.ndarray:
+    """Grip site orientation pointing along the horizontal `direction`, fingers closing vertically; of the two
+    such orientations, the one a quarter turn from pointing down along DOWN_Y's x (grip x down), not a
+    half turn (an ambiguous rotation the wrist may take either way)."""
+    z = np.array([direction[0], direction[1], 0.0])
+    z /= max(float(np.linalg.norm(z)), 1e-9)
+    x = np.array([0.0, 0.0, -1.0])
+    return np.column_stack([x, np.cross(z, x), z])
+
+
+@dataclass
+class PartExpert:
+    """Waypoint expert for an articulated part (`open` a drawer, `turnon` a knob): `act(state)` returns the
+    next 7-D OSC_POSE delta action. Subclasses give each phase's target."""
+
+    part: str  # BDDL name of the part (`LiberoState.parts` key)
+    phase: int = 0
+    _in_phase: int = 0
+    heading: float | None = HEADING_Y  # grip site heading commanded now (eef_yaw convention), for pointing-down phases
+
+    PHASES: ClassVar[tuple[str, ...]] = ()
+    TIMED: ClassVar[dict[str, int]] = {}  # phases that wait a number of steps rather than reach a waypoint
+
+    def reset(self) -> None:
+        self.phase, self._in_phase, self.heading = 0, 0, HEADING_Y
+
+    @property
+    def done(self) -> bool:
+        return self.phase >= len(self.PHASES) - 1
+
+    def _target(self, s: LiberoState) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(waypoint, grip site orientation, gripper command, tolerance) of the current phase."""
+        raise NotImplementedError
+
+    def act(self, s: LiberoState) -> np.ndarray:
+        """The next action (float32 (7,)) for state `s`; advances the phase when its waypoint is reached
+        with the hand oriented, its steps are waited out, or after PHASE_LIMIT steps."""
+        if self.part not in s.parts:
+            raise LiberoError(f"part = {self.part!r} is not an articulated part of the scene; parts: {sorted(s.parts)}")
+        name = self.PHASES[self.phase]
+        target, orientation, grip, tol = self._target(s)
+        turn = _rotvec(orientation @ s.eef_rot.T)
+        self._in_phase += 1
+        if name in self.TIMED:
+            advance = self._in_phase >= self.TIMED[name]
+        else:
+            reached = float(np.linalg.norm(target - s.eef_pos)) < tol and float(np.linalg.norm(turn)) < 0.15
+            advance = reached or self._in_phase >= PHASE_LIMIT
+        if not self.done and advance:
+            self.phase, self._in_phase = self.phase + 1, 0
+        a = np.zeros(7)
+        a[:3] = np.clip((target - s.eef_pos) / POS_SCALE, -CARRY_SPEED, CARRY_SPEED)
+        a[3:6] = np.clip(turn / ROT_SCALE, -1.0, 1.0)
+        a[6] = grip
+        return a.astype(np.float32)
+
+
+class DrawerExpert(PartExpert):
+    """Opens a drawer by its handle, the hand facing the drawer (see the module docstring)."""
+
+    PHASES = ("high", "front", "narrow", "reach", "close", "pull")
+    TIMED = {"narrow": NARROW_STEPS, "close": CLOSE_STEPS}
+
+    def _target(self, s: LiberoState) -> tuple[np.ndarray, np.ndarray, float, float]:
+        part = s.parts[self.part]
+        out = part.open_dir
+        orientation = facing(-out)
+        self.heading = None  # not pointing down
+        name = self.PHASES[self.phase]
+        if name == "high":
+            return part.handle + PRE_REACH * out + np.array([0.0, 0.0, HAND_RISE]), orientation, -1.0, 3 * TOL
+        if name == "front":
+            return part.handle + PRE_REACH * out, orientation, -1.0, TOL
+        if name == "narrow":  # each closing step narrows the fingers by about 1 cm
+            return part.handle + PRE_REACH * out, orientation, 1.0, np.inf
+        if name == "reach":  # a zero gripper command holds the opening
+            return part.handle.copy(), orientation, 0.0, GRASP_TOL
+        if name == "close":
+            return part.handle.copy(), orientation, 1.0, np.inf
+        return part.handle + PULL_AHEAD * out, orientation, 1.0, 0.0  # pull until the episode ends
+
+
+class KnobExpert(PartExpert):
+    """Turns a stove knob on: grasps its fin over the pivot and turns the wrist (see the module docstring)."""
+
+    PHASES = ("above", "down", "close", "turn")
+    TIMED = {"close": CLOSE_STEPS}
+
+    def _target(self, s: LiberoState) -> tuple[np.ndarray, np.ndarray, float, float]:
+        part = s.parts[self.part]
+        # fingers close across the fin: along world y when the fin lies along x, and the other way round
+        extent = part.hi - part.lo
+        base = HEADING_Y if extent[0] >= extent[1] else 0.0
+        grasp = np.array([part.pos[0], part.pos[1], part.hi[2] - KNOB_BELOW_TOP])
+        name = self.PHASES[self.phase]
+        self.heading = base + (part.opening * float(np.sign(part.axis[2] or 1.0)) * KNOB_TURN if name == "turn" else 0.0)
+        orientation = yaw_rotation(self.heading - HEADING_Y) @ DOWN_Y
+        if name == "above":
+            return grasp + np.array([0.0, 0.0, HOVER]), orientation, -1.0, TOL
+        if name == "down":
+            return grasp, orientation, -1.0, GRASP_TOL
+        return grasp, orientation, 1.0, 0.0 if name == "turn" else np.inf
+
+
+Expert = PickPlaceExpert | DrawerExpert | KnobExpert
+
+
+def expert_for(env: "LiberoEnv") -> Expert:
+    """The scripted expert for the current episode of a `LiberoEnv` (privileged BDDL goal): `DrawerExpert`
+    for `open` of a drawer region, `KnobExpert` for `turnon` of a stove, else the pick-and-place expert.
+
+    Raises:
+        LiberoError: a goal none of the experts handles (several predicates, `close`, pushing...).
+    """
+    goal, state = env.goal, env.state()
+    if len(goal) == 1 and len(goal[0]) == 2 and goal[0][1] in state.parts:
+        predicate, part = goal[0]
+        kind = state.parts[part].kind
+        if predicate == "open" and kind == "slide":
+            return DrawerExpert(part)
+        if predicate == "turnon" and kind == "hinge":
+            return KnobExpert(part)
     regions = env.control_env.env.parsed_problem["regions"]
-    return PickPlaceExpert(pick_place_task(env.goal, regions, env.state().names))
+    return PickPlaceExpert(pick_place_task(goal, regions, state.names))
 
 
 @dataclass(frozen=True)
@@ -279,8 +424,8 @@ class ExpertEpisode:
 
 
 def rollout_expert(env: "LiberoEnv", scenario: LiberoScenario, max_steps: int | None = None) -> ExpertEpisode:
-    """Reset `env` (a `LiberoEnv`) to `scenario` and run the pick-and-place expert until success or the
-    horizon (`max_steps`, default the env's)."""
+    """Reset `env` (a `LiberoEnv`) to `scenario` and run its scripted expert (`expert_for`) until success or
+    the horizon (`max_steps`, default the env's)."""
     import time
 
     t0 = time.perf_counter()

@@ -1,4 +1,5 @@
-"""Privileged state of a LIBERO episode: entity poses and extents, end effector, gripper and contacts.
+"""Privileged state of a LIBERO episode: entity poses and extents, end effector, gripper, contacts, and the
+articulated parts (drawers, stove knobs) BDDL `open` / `close` / `turnon` / `turnoff` goals refer to.
 
 Entities are the BDDL objects (in BDDL order) followed by the fixtures other than tables and floors
 (cabinets, stoves, racks...). Poses come straight from MuJoCo's body frames; extents are the world-axis
@@ -9,7 +10,7 @@ placeholders, identical for most objects).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mujoco
@@ -37,6 +38,32 @@ def category_words(category: str) -> str:
 
 
 @dataclass(frozen=True, eq=False)
+class Part:
+    """An articulated part of a fixture (a drawer, a stove knob) as it is now."""
+
+    joint: str  # MuJoCo joint name
+    kind: str  # "slide" or "hinge"
+    qpos: float  # joint position (m or rad)
+    pos: np.ndarray  # (3,) the part body's origin (world, m); a knob's pivot
+    axis: np.ndarray  # (3,) the joint axis (world, unit)
+    opening: float  # +1 or -1: the sign of the joint motion that opens the part (or turns it on)
+    handle: np.ndarray  # (3,) centre of the part's collision geom furthest along the opening motion (a drawer's handle; a knob's pivot)
+    lo: np.ndarray  # (3,) lower corner of the part's collision geoms' world bounding box
+    hi: np.ndarray  # (3,) upper corner
+    open_at: float  # joint position from which LIBERO counts the part open (or on)
+
+    @property
+    def open_dir(self) -> np.ndarray:
+        """World direction in which a sliding part moves when opened."""
+        return self.opening * self.axis
+
+    @property
+    def is_open(self) -> bool:
+        """Whether LIBERO counts the part open (a drawer) or on (a knob)."""
+        return self.opening * (self.qpos - self.open_at) >= 0.0
+
+
+@dataclass(frozen=True, eq=False)
 class LiberoState:
     """The state after a step; arrays are fresh copies (N = number of entities)."""
 
@@ -58,6 +85,7 @@ class LiberoState:
     right_touch: frozenset[str]  # entities the right finger touches
     success: bool  # the BDDL goal holds (`check_success()`)
     steps: int  # control steps since the episode started
+    parts: dict[str, Part] = field(default_factory=dict)  # BDDL name (a region like "wooden_cabinet_1_top_region", or a fixture like "flat_stove_1") -> its part
 
     @property
     def index(self) -> dict[str, int]:
@@ -140,6 +168,53 @@ class StateReader:
         self._eef_site = int(robot.eef_site_id)
         self._finger_qpos = np.array(robot._ref_gripper_joint_pos_indexes, dtype=np.int64)
         self._local: tuple[np.ndarray, np.ndarray] | None = None  # body-frame boxes (rigid: computed once)
+        self._parts = self._find_parts(env)
+
+    def _find_parts(self, env: Any) -> list[tuple[str, str, int, int, float, float, np.ndarray]]:
+        """(BDDL name, joint, joint id, body id, opening sign, open threshold, collision geoms) of every
+        articulated part: sites with their own joint (drawer regions), and fixtures turned on and off by a
+        joint (stove knobs)."""
+        m = self.model
+        named: list[tuple[str, str, str]] = []  # (BDDL name, joint, parent object)
+        for name, site in env.object_sites_dict.items():
+            for joint in getattr(site, "joints", None) or []:
+                named.append((name, joint, site.parent_name))
+        for name, obj in env.fixtures_dict.items():
+            if (obj.object_properties.get("articulation") or {}).get("default_turnon_ranges"):
+                named.extend((name, joint, name) for joint in obj.joints)
+        parts = []
+        for name, joint, parent in named:
+            j = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, joint)
+            if j < 0:
+                continue
+            ranges = env.get_object(parent).object_properties["articulation"]
+            on = ranges.get("default_turnon_ranges") or ranges.get("default_open_ranges") or [0.0]
+            off = ranges.get("default_turnoff_ranges") or ranges.get("default_close_ranges") or [0.0]
+            opening = 1.0 if np.mean(on) >= np.mean(off) else -1.0
+            open_at = float(min(on) if opening > 0 else max(on))
+            body = int(m.jnt_bodyid[j])
+            geoms = np.flatnonzero((m.geom_bodyid == body) & ((m.geom_contype != 0) | (m.geom_conaffinity != 0)))
+            parts.append((name, joint, j, body, opening, open_at, geoms))
+        return parts
+
+    def parts(self, d: mujoco.MjData) -> dict[str, Part]:
+        """The articulated parts as they are now."""
+        m, out = self.model, {}
+        for name, joint, j, body, opening, open_at, geoms in self._parts:
+            axis = d.xaxis[j].copy()
+            slide = int(m.jnt_type[j]) == int(mujoco.mjtJoint.mjJNT_SLIDE)
+            pos = d.xpos[body].copy()
+            if len(geoms):
+                xmat = d.geom_xmat[geoms].reshape(-1, 3, 3)
+                centre = d.geom_xpos[geoms] + np.einsum("gij,gj->gi", xmat, m.geom_aabb[geoms, :3])
+                ext = np.einsum("gij,gj->gi", np.abs(xmat), m.geom_aabb[geoms, 3:])
+                lo, hi = (centre - ext).min(axis=0), (centre + ext).max(axis=0)
+                handle = centre[int(np.argmax(centre @ (opening * axis)))].copy() if slide else pos
+            else:
+                lo = hi = handle = pos
+            out[name] = Part(joint=joint, kind="slide" if slide else "hinge", qpos=float(d.qpos[m.jnt_qposadr[j]]),
+                             pos=pos, axis=axis, opening=opening, handle=handle, lo=lo, hi=hi, open_at=open_at)
+        return out
 
     def _geom_ids(self, names: list[str]) -> np.ndarray:
         return np.array([mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_GEOM, n) for n in names], dtype=np.int64)
@@ -219,4 +294,5 @@ class StateReader:
             right_touch=right,
             success=bool(success),
             steps=steps,
+            parts=self.parts(d),
         )

@@ -9,7 +9,7 @@ actions: the target whose conversion gives back the same action, so demonstratio
 replayed through `TargetActionEnv` reproduce the expert's episode exactly.
 
 - `TargetActionEnv(env)`: a `LiberoEnv` whose `step` takes targets (everything else passes through).
-- `TargetExpert(env)`: the scripted pick-and-place expert of the env's current episode, acting in targets
+- `TargetExpert(env)`: the scripted expert of the env's current episode (pick-and-place, stove knob), acting in targets
   (`coda.policy.data.run_expert_episode` and `collect_demos` record it like a tabletop expert).
 """
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from coda.sim.libero.errors import LiberoError
-from coda.sim.libero.experts import DOWN_Y, HEADING_Y, POS_SCALE, ROT_SCALE, PickPlaceExpert, _rotvec, expert_for, yaw_rotation
+from coda.sim.libero.experts import DOWN_Y, HEADING_Y, POS_SCALE, ROT_SCALE, DrawerExpert, Expert, _rotvec, expert_for, yaw_rotation
 from coda.sim.libero.state import LiberoState
 
 if TYPE_CHECKING:
@@ -86,10 +86,21 @@ class TargetExpert:
 
     def __init__(self, env: "LiberoEnv | TargetActionEnv") -> None:
         self.env = env
-        self.expert: PickPlaceExpert | None = None
+        self.expert: Expert | None = None
 
     def reset(self) -> None:
-        self.expert = expert_for(self.env.env if isinstance(self.env, TargetActionEnv) else self.env)
+        """Build the episode's expert.
+
+        Raises:
+            LiberoError: the episode's expert turns the hand off pointing down (opening a drawer), which the
+                5-D targets cannot express.
+        """
+        env = self.env.env if isinstance(self.env, TargetActionEnv) else self.env
+        expert = expert_for(env)
+        if isinstance(expert, DrawerExpert):
+            raise LiberoError(f"goal = {env.goal}: the drawer expert turns the hand to face the drawer, and 5-D targets "
+                              "keep it pointing down; its demos exist only as 7-D OSC_POSE actions")
+        self.expert = expert
 
     def act(self, state: LiberoState) -> np.ndarray:
         if self.expert is None:
