@@ -8,7 +8,8 @@ every backend; everything that depends on what a scene *is* goes through a `Roun
 | `scenario_from_dict` | a stored scene record back as a scene (`spec_id`, `family`, `to_dict()`) |
 | `make_env` | an env acting in CoDA's 5-D targets (`reset_to`, `step`, `state`, `get_state`, `set_state`) |
 | `expert` | the scripted expert of a scene, acting in targets (demos, corrective labels) |
-| `check` | validity of a generated scene: (valid, reason) |
+| `check`, `check_many` | validity of a generated scene: (valid, reason); of many, in order |
+| `round_episodes` | the train phase's demos and replays (`EpisodeJob`s) with Φ, in order |
 | `phis` | Φ along an episode's states (the scene's canonical staged potential, or a mode's) |
 | `build_split` | round 0: the training scenes and the fixed evaluation splits of a family |
 | `explore_probes`, `explore_body` | single-edit probe scenes, and the body of a random-edit source |
@@ -16,13 +17,18 @@ every backend; everything that depends on what a scene *is* goes through a `Roun
 | `make_critic`, `make_verifier` | the critic and the verifier of the backend's episodes |
 | `planner` | the planner of a strategy on this backend (CoDA's failure-mode compiler differs per backend) |
 
+`valid_scenes(backend, stream, n, max_tries)` draws candidates from a scene stream and checks them in
+batches (`check_many`, which a backend may spread over worker processes) until `n` are valid; what it keeps
+is what checking one candidate at a time would keep.
+
 `backend_for(cfg)` returns the configured one; `tabletop` is CoDA's own simulator, `libero` is LIBERO /
 LIBERO-PRO (`coda.sim.libero.rounds`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +48,7 @@ class RoundBackend:
     eval_splits: tuple[str, ...] = ("sft", "position", "instruction", "task", "object", "distractor", "physics")
     measure_keyframes = 3  # keyframes kept per failed evaluation episode
     verify_base_split = "sft"  # the round-0 split whose scenes the counterfactual check edits
+    check_batch = 1  # scenes `check_many` checks at once to good effect (more when it uses worker processes)
 
     def __init__(self, cfg: "CodaConfig") -> None:
         self.cfg = cfg
@@ -59,6 +66,22 @@ class RoundBackend:
         ok, reason, _ = sim_check(spec)
         return ok, reason
 
+    def check_many(self, specs: Sequence[Any]) -> list[tuple[bool, str]]:
+        """`check` of each scene, in order."""
+        return [self.check(s) for s in specs]
+
+    def round_episodes(self, jobs: Sequence["EpisodeJob"], accepted: set[str] = frozenset()) -> list[Any]:
+        """The train phase's episodes (`EpisodeJob`), in order, each with Φ attached (None where the expert
+        failed an `expert` job)."""
+        env = self.make_env()
+        try:
+            return [run_episode_job(self, env, job, accepted) for job in jobs]
+        finally:
+            env.close()
+
+    def close(self) -> None:
+        """Release what the backend holds (worker processes, environments)."""
+
     def build_split(self, family: str, name: str, split: str, n: int, seed: int) -> tuple[list[Any], list[tuple[Any, str]]]:
         """(valid scenes, [(rejected scene, reason)]) of one split (`name` "train" is the SFT training set)."""
         from coda.scene.splits import build_split
@@ -75,14 +98,7 @@ class RoundBackend:
         from coda.engine.strategies import candidate_stream
 
         stream = candidate_stream(self.explore_body(ctx.families, 0, 1, ctx.seed_for("probe", r)))
-        out: list[Any] = []
-        for _ in range(4 * n + 10):
-            if len(out) >= n:
-                break
-            spec = next(stream)
-            if spec.spec_id not in {s.spec_id for s in out} and self.check(spec)[0]:
-                out.append(spec)
-        return out
+        return valid_scenes(self, stream, n, 4 * n + 10, seen=set(), skip_invalid_repeats=True).valid
 
     def held_apart(self, body: dict[str, Any], seed: int, n: int) -> list[Any]:
         """Up to `n` valid scenes of a stored mode program body run with another `seed`."""
@@ -171,9 +187,118 @@ def _libero(cfg: "CodaConfig") -> RoundBackend:
 BACKENDS.register("libero", _libero)
 
 
+@dataclass(frozen=True)
+class EpisodeJob:
+    """One episode of a round's training data: `expert` (a demo in a generated scene, kept if solved),
+    `corrective` (a failed probe replayed, expert labels from `start` on) or `replay` (a probe replayed
+    without labels, for the critic)."""
+
+    kind: str
+    spec: Any
+    program: dict[str, Any] | None = None  # the mode's training program body, for Φ
+    actions: np.ndarray | None = None  # the probe's actions (corrective, replay)
+    start: int = 0  # first step whose expert label is kept (corrective)
+    label_every: int = 1
+    label_len: int | None = None
+
+
+def run_episode_job(backend: RoundBackend, env: Any, job: EpisodeJob, accepted: set[str] = frozenset()) -> Any:
+    """Run one `EpisodeJob` in `env` and attach Φ along its states (`backend.phis`)."""
+    import dataclasses
+
+    from coda.policy.data import corrective_episode, replayed_episode, run_expert_episode
+
+    states: list[Any] | None = None
+    if job.kind == "expert":
+        states = []
+        ep = run_expert_episode(env, job.spec, backend.expert(job.spec, env), states=states)
+        if not ep.success:
+            return None
+    elif job.kind == "corrective":
+        ep = corrective_episode(env, job.spec, job.actions, backend.expert(job.spec, env),
+                                label_every=job.label_every, label_len=job.label_len)
+        ep.label_chunks = [c if t >= job.start else None for t, c in enumerate(ep.label_chunks or [])]
+    elif job.kind == "replay":
+        ep = replayed_episode(env, job.spec, job.actions)
+    else:
+        raise ValueError(f"episode job kind = {job.kind!r}; expected 'expert', 'corrective' or 'replay'")
+    if states is None:
+        from coda.engine.round import replay_states
+
+        states = replay_states(env, job.spec, ep.actions)
+    phis = backend.phis(env, job.spec, states, job.program, accepted)
+    return dataclasses.replace(ep, potentials=np.asarray(phis, np.float32))
+
+
+@dataclass
+class Drawn:
+    """What `valid_scenes` drew: the checked candidates in stream order, up to the n-th valid one."""
+
+    checked: list[tuple[Any, bool, str]] = field(default_factory=list)  # (scene, valid, reason)
+    tries: int = 0  # candidates drawn from the stream, repeats included
+    stopped: str = ""  # why the stream ended before n were valid ("" when it did not)
+
+    @property
+    def valid(self) -> list[Any]:
+        return [spec for spec, ok, _ in self.checked if ok]
+
+
+def valid_scenes(backend: RoundBackend, stream: Iterator[Any], n: int, max_tries: int, *,
+                 seen: set[str] | None = None, skip_invalid_repeats: bool = False, batch: int | None = None) -> Drawn:
+    """The first `n` valid scenes of `stream` (at most `max_tries` candidates drawn), checked in batches.
+
+    Each batch holds as many new candidates as are still wanted (at least `batch`, default the backend's
+    `check_batch`), checked together by `backend.check_many`; results are read in stream order and
+    reading stops at the n-th valid one, so the outcome (checked candidates, `seen`, tries) is the one a
+    check per candidate would give, whatever the batch size. A candidate whose `spec_id` is in `seen` is
+    skipped (and counted as a try); drawn candidates join `seen`. With `skip_invalid_repeats`, only valid
+    scenes count as seen (a repeat of an invalid candidate is checked again, as the probe draw always did).
+    A stream raising `StopIteration` or a `CodaError` ends the draw, with the reason in `stopped`.
+    """
+    from coda.engine.round import _first_line
+    from coda.errors import CodaError
+
+    seen = set() if seen is None else seen
+    batch = max(1, int(batch if batch is not None else backend.check_batch))
+    out, got = Drawn(), 0
+    while got < n and out.tries < max_tries and not out.stopped:
+        pending: list[tuple[Any, int]] = []  # (candidate, tries when drawn)
+        drawn_ids: set[str] = set()
+        while len(pending) < max(n - got, batch) and out.tries < max_tries:
+            try:
+                spec = next(stream)
+            except StopIteration:
+                out.stopped = f"ran dry after {out.tries} candidates"
+                break
+            except CodaError as e:
+                out.stopped = f"stopped after {out.tries} candidates: {_first_line(e)}"
+                break
+            out.tries += 1
+            if spec.spec_id in seen or spec.spec_id in drawn_ids:
+                pending.append((None, out.tries))  # a repeat: a try, not a check
+                continue
+            drawn_ids.add(spec.spec_id)
+            pending.append((spec, out.tries))
+        fresh = [spec for spec, _ in pending if spec is not None]
+        results = iter(backend.check_many(fresh) if fresh else [])
+        for spec, tries in pending:
+            if spec is None:
+                continue
+            ok, reason = next(results)
+            if not skip_invalid_repeats or ok:
+                seen.add(spec.spec_id)
+            out.checked.append((spec, ok, reason))
+            got += int(ok)
+            if got >= n:  # what follows was drawn ahead: give it back as never drawn
+                out.tries, out.stopped = tries, ""
+                break
+    return out
+
+
 def backend_for(cfg: "CodaConfig") -> RoundBackend:
     """The round backend of `cfg.sim.backend` (RegistryError naming the known ones otherwise)."""
     return BACKENDS.get(cfg.sim.backend)(cfg)
 
 
-__all__ = ["BACKENDS", "RoundBackend", "backend_for", "round_env"]
+__all__ = ["BACKENDS", "Drawn", "EpisodeJob", "RoundBackend", "backend_for", "round_env", "run_episode_job",
+           "valid_scenes"]

@@ -269,14 +269,17 @@ def run(ctx: RunContext, *, report: bool = True) -> RunResult:
     source = read_source(ctx.run_dir)
     if source is not None:
         copy_round0(ctx, source)
-    splits = phase_scenes(ctx)
-    demos = phase_demos(ctx, 0, [s for f in ctx.families for s in splits[f].get("train", [])])
-    ckpt = phase_train(ctx, 0, [demos], steps=cfg.policy.train_steps)
-    results = {0: phase_measure_splits(ctx, 0, ckpt, splits)}
-    demo_dirs = [demos]
-    for r in range(1, (cfg.engine.rounds if strategy.runs_rounds else 0) + 1):
-        ckpt, new_demos, results[r] = run_round(ctx, r, strategy, ckpt, splits, demo_dirs)
-        demo_dirs.append(new_demos)
+    try:
+        splits = phase_scenes(ctx)
+        demos = phase_demos(ctx, 0, [s for f in ctx.families for s in splits[f].get("train", [])])
+        ckpt = phase_train(ctx, 0, [demos], steps=cfg.policy.train_steps)
+        results = {0: phase_measure_splits(ctx, 0, ckpt, splits)}
+        demo_dirs = [demos]
+        for r in range(1, (cfg.engine.rounds if strategy.runs_rounds else 0) + 1):
+            ckpt, new_demos, results[r] = run_round(ctx, r, strategy, ckpt, splits, demo_dirs)
+            demo_dirs.append(new_demos)
+    finally:
+        ctx.backend.close()  # its worker processes, if any
     ctx.memory.set_run_status(ctx.run_id, "done")
     if report:
         write_report(ctx)

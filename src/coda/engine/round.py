@@ -250,14 +250,14 @@ def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, in
     """Draw from each (program key, candidate stream, count) until `count` valid scenes; invalid ones kept.
 
     A candidate stream yields ScenarioSpecs; each is checked in the simulator (builds, settles, the expert
-    solves it). A source that runs dry (its stream ends or raises, or `4 count + 10` candidates were drawn)
+    solves it), in batches the backend may spread over worker processes (`valid_scenes`). A source that runs dry (its stream ends or raises, or `4 count + 10` candidates were drawn)
     leaves its missing scenes to the `fill` stream, so the phase produces exactly the budget (the sum of the
     counts) unless even the fill stream fails `20 n + 50` times. Every candidate checked is stored as a
     Scenario record (invalid ones with the check's reason); the valid scenes, in order and with their source,
     are stored as the round's `expert_demos_r<R>` TrainingProgram — the list the train phase reads (a scene
     may already be in memory from this round, e.g. a probe replayed by PLR).
     """
-    from coda.errors import CodaError
+    from coda.engine.backend import valid_scenes
     from coda.memory import Scenario, TrainingProgram
 
     mem = ctx.memory
@@ -271,29 +271,19 @@ def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, in
         total = sum(n for _, _, n in sources)
 
         def draw(src: str, stream: Any, n: int, max_tries: int, bar: Any, task: Any) -> int:
-            got = tries = 0
-            while got < n and tries < max_tries:
-                try:
-                    spec = next(stream)
-                except StopIteration:
-                    notes[src] = f"ran dry after {tries} candidates"
-                    break
-                except CodaError as e:  # a stream that cannot go on is a source that ran dry, with the reason
-                    notes[src] = f"stopped after {tries} candidates: {_first_line(e)}"
-                    break
-                tries += 1
-                if spec.spec_id in seen:
-                    continue
-                seen.add(spec.spec_id)
-                ok, reason = ctx.backend.check(spec)
+            drawn = valid_scenes(ctx.backend, stream, n, max_tries, seen=seen)
+            got = 0
+            for spec, ok, reason in drawn.checked:
                 rows.append(Scenario.from_spec(spec, split=f"generated:{src}", valid=ok,
                                                invalid_reason=None if ok else reason, program_id=progs.get(src)))
                 if ok:
                     chosen.append((spec.spec_id, src))
                     got += 1
                     bar.advance(task)
-            if got < n and src not in notes:
-                notes[src] = f"{got}/{n} valid after {tries} candidates"
+            if drawn.stopped:
+                notes[src] = drawn.stopped
+            elif got < n:
+                notes[src] = f"{got}/{n} valid after {drawn.tries} candidates"
             return got
 
         with progress_bar(ctx.console) as bar:
@@ -339,7 +329,8 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     from coda.memory import Checkpoint, TrainingProgram
     from coda.memory.artifacts import sha256_file
     from coda.policy.checkpoint import load_policy
-    from coda.policy.data import DemoWriter, corrective_episode, replayed_episode, run_expert_episode
+    from coda.engine.backend import EpisodeJob
+    from coda.policy.data import DemoWriter
     from coda.policy.train import load_chunk_dataset, train_policy
 
     mem, backend = ctx.memory, ctx.backend
@@ -360,31 +351,18 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     critic = bool(value_guided) or ctx.cfg.engine.improvement == "awr"  # a chunk critic is trained this round
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    env = backend.make_env()
-    n_demo = 0
-
-    def with_phi(ep: Any, spec: Any, program: dict[str, Any] | None, states: list[Any] | None = None) -> Any:
-        return _with_potential(ep, spec, env, lambda s: backend.phis(env, spec, s, program, accepted), states)
-
-    try:
-        with DemoWriter(tmp) as writer:
-            for spec, key in list(zip(generated.scenes, generated.program_keys))[:n_expert]:
-                states: list[Any] = []
-                ep = run_expert_episode(env, spec, backend.expert(spec, env), states=states)
-                if ep.success:
-                    writer.add(with_phi(ep, spec, mode_tp.get(key), states))
-                    n_demo += 1
-            for p, start, body in corrective:
-                ep = corrective_episode(env, p.spec, p.actions, backend.expert(p.spec, env),
-                                        label_every=ctx.cfg.policy.n_action_steps, label_len=ctx.cfg.policy.chunk_len)
-                ep.label_chunks = [c if t >= start else None for t, c in enumerate(ep.label_chunks or [])]
-                writer.add(with_phi(ep, p.spec, body))
-            if critic:  # the critic learns from the policy's own outcomes too; no labels are spent
-                for p in probes:
-                    ep = replayed_episode(env, p.spec, p.actions)
-                    writer.add(with_phi(ep, p.spec, None))
-    finally:
-        env.close()
+    jobs = [EpisodeJob("expert", spec, mode_tp.get(key))
+            for spec, key in list(zip(generated.scenes, generated.program_keys))[:n_expert]]
+    jobs += [EpisodeJob("corrective", p.spec, body, p.actions, start, label_every=ctx.cfg.policy.n_action_steps,
+                        label_len=ctx.cfg.policy.chunk_len) for p, start, body in corrective]
+    if critic:  # the critic learns from the policy's own outcomes too; no labels are spent
+        jobs += [EpisodeJob("replay", p.spec, None, p.actions) for p in probes]
+    episodes = backend.round_episodes(jobs, accepted)  # in job order, Φ attached; None where the expert failed
+    n_demo = sum(ep is not None for job, ep in zip(jobs, episodes) if job.kind == "expert")
+    with DemoWriter(tmp) as writer:
+        for ep in episodes:
+            if ep is not None:
+                writer.add(ep)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     import torch
@@ -427,16 +405,6 @@ def _accepted_potentials(ctx: RunContext, r: int) -> set[str]:
         if p.round <= r:
             latest[keys[p.failure_mode_id]] = p.accepted
     return {k for k, ok in latest.items() if ok}
-
-
-def _with_potential(ep: Any, spec: Any, env: Any, phis: Any, states: Sequence[Any] | None = None) -> Any:
-    """Attach Φ(s_t) along the episode; `phis(states) -> values`. Its states are the ones recorded while it ran
-    when given, else re-created by replaying its actions (the physics is deterministic)."""
-    import dataclasses
-
-    if states is None:
-        states = replay_states(env, spec, ep.actions)
-    return dataclasses.replace(ep, potentials=np.asarray(phis(states), np.float32))
 
 
 def held_apart_scenes(program: dict[str, Any], seed: int, n: int) -> list[ScenarioSpec]:

@@ -92,6 +92,37 @@ def test_demos_from_two_workers_come_back_in_scene_order_with_their_potentials(t
     assert not list(tmp_path.glob("demos.part*"))
 
 
+def test_checks_and_round_episodes_in_two_workers_match_this_process(tmp_path: Path) -> None:
+    """`check_many` and `round_episodes` spread validity checks and the train phase's episodes over worker
+    processes; verdicts and episodes (actions, labels, Φ) are the ones this process gives, in order, and
+    the workers stop with the backend."""
+    import numpy as np
+
+    from coda.engine.backend import EpisodeJob
+
+    scenes = [LiberoScenario("libero_object", t, init_state=None, seed=k) for t, k in ((3, 5), (0, 2), (7, 1))]
+    here = backend_for(libero_cfg(tmp_path, "runtime.workers=1"))
+    there = backend_for(libero_cfg(tmp_path, "runtime.workers=2"))
+    try:
+        assert there.check_batch == 2 and here.check_batch == 1
+        assert there.check_many(scenes) == [here.check(s) for s in scenes]
+        demo = here.round_episodes([EpisodeJob("expert", scenes[1])])[0]
+        jobs = [EpisodeJob("expert", scenes[0]), EpisodeJob("replay", scenes[1], None, demo.actions[:40]),
+                EpisodeJob("corrective", scenes[1], None, demo.actions[:40], 20, label_every=8, label_len=16)]
+        a, b = here.round_episodes(jobs), there.round_episodes(jobs)
+        assert there._pool is not None
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x.actions, y.actions)
+            np.testing.assert_array_equal(x.potentials, y.potentials)
+            assert [c is None for c in x.label_chunks or []] == [c is None for c in y.label_chunks or []]
+        assert a[0].success and len(a[1].actions) == 40 and not any(c is not None for c in a[1].label_chunks or [])
+        assert any(c is not None for c in a[2].label_chunks) and all(c is None for c in a[2].label_chunks[:20])
+    finally:
+        here.close()
+        there.close()
+    assert there._pool is None
+
+
 def test_corrective_labels_replan_from_each_failure_state() -> None:
     env = LiberoRoundEnv()
     try:

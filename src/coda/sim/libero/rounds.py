@@ -156,6 +156,29 @@ def _demo_part(job: tuple[dict[str, Any], list[dict[str, Any]], str]) -> dict[st
     return {"failed": list(report.failed_specs), "written": report.written}
 
 
+_WORKER: dict[str, Any] = {}  # a backend worker's backend and env
+
+
+def _init_worker(cfg: dict[str, Any]) -> None:
+    from coda.config import CodaConfig
+
+    backend = LiberoBackend(CodaConfig.model_validate(cfg))
+    _WORKER["backend"], _WORKER["env"] = backend, backend.make_env()
+
+
+def _check_scene(spec: dict[str, Any]) -> tuple[bool, str]:
+    from coda.sim.libero.validity import check_scenario
+
+    v = check_scenario(_WORKER["env"].env, LiberoScenario.from_dict(spec))
+    return v.valid, v.reason
+
+
+def _episode(job: tuple[Any, set[str]]) -> Any:
+    from coda.engine.backend import run_episode_job
+
+    return run_episode_job(_WORKER["backend"], _WORKER["env"], job[0], job[1])
+
+
 # ---- the backend ---------------------------------------------------------------------------------------
 
 
@@ -177,6 +200,7 @@ class LiberoBackend(RoundBackend):
                               f"with sim.backend = 'libero' use some of {list(BASE_SUITES)}")
         super().__init__(cfg)
         self._check_env: Any = None
+        self._pool: Any = None
 
     def scenario_from_dict(self, data: dict[str, Any]) -> LiberoScenario:
         return LiberoScenario.from_dict(data)
@@ -189,6 +213,41 @@ class LiberoBackend(RoundBackend):
             self._check_env = LiberoEnv(config=self.cfg.sim)
         v = check_scenario(self._check_env, spec)
         return v.valid, v.reason
+
+    @property
+    def check_batch(self) -> int:  # type: ignore[override]
+        return max(1, int(self.cfg.runtime.workers))
+
+    def _workers(self) -> Any:
+        """The backend's worker processes (`runtime.workers`, each with its own env), started once."""
+        if self._pool is None:
+            from coda.sim.libero.data import _pool
+
+            self._pool = _pool(self.check_batch, _init_worker, (self.cfg.model_dump(mode="json"),))
+        return self._pool
+
+    def check_many(self, specs: Sequence[Any]) -> list[tuple[bool, str]]:
+        """`check` of each scene, in order, across `runtime.workers` processes: a check builds the scene and
+        runs the expert, seconds per scene."""
+        if self.check_batch <= 1 or len(specs) <= 1:
+            return [self.check(s) for s in specs]
+        return list(self._workers().map(_check_scene, [s.to_dict() for s in specs]))
+
+    def round_episodes(self, jobs: Sequence[Any], accepted: set[str] = frozenset()) -> list[Any]:
+        """The train phase's episodes, in order, across `runtime.workers` processes (each job builds its
+        scene: generated scenes differ in their BDDL)."""
+        if self.check_batch <= 1 or len(jobs) <= 1:
+            return super().round_episodes(jobs, accepted)
+        return list(self._workers().map(_episode, [(job, set(accepted)) for job in jobs]))
+
+    def close(self) -> None:
+        """Stop the worker processes and close the check env."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        if self._check_env is not None:
+            self._check_env.close()
+            self._check_env = None
 
     def build_split(self, family: str, name: str, split: str, n: int, seed: int) -> tuple[list[Any], list[tuple[Any, str]]]:
         """`train`: `n` scenes round robin over the family's tasks, placements sampled with seeds drawn from
@@ -210,17 +269,9 @@ class LiberoBackend(RoundBackend):
                 "seed": seed}
 
     def held_apart(self, body: dict[str, Any], seed: int, n: int) -> list[Any]:
-        out: list[Any] = []
-        stream = libero_stream({**body, "seed": seed})
-        for _ in range(3 * n + 5):
-            if len(out) >= n:
-                break
-            spec = next(stream, None)
-            if spec is None:
-                break
-            if self.check(spec)[0]:
-                out.append(spec)
-        return out
+        from coda.engine.backend import valid_scenes
+
+        return valid_scenes(self, libero_stream({**body, "seed": seed}), n, 3 * n + 5).valid
 
     def make_env(self) -> LiberoRoundEnv:
         return LiberoRoundEnv(self.cfg.sim)
