@@ -2,10 +2,10 @@
 libero_spatial and the pick-and-place tasks of other suites), opening a drawer and turning a stove on.
 
 Pick-and-place waypoints (grip site targets): above the grasp point, down to it, close, lift to the carry
-height, over the place point, down to the release height, open, up. Each control step is a proportional OSC_POSE delta
-towards the current waypoint (positions re-read from the state every step, so a nudged object is followed)
-with the orientation held pointing down, fingers closing along world y (heading pi/2 in
-`LiberoState.eef_yaw` terms), or along world x (heading 0) for a bowl in a cabinet compartment.
+height, over the place point, down to the release height, open, up. Each control step is a proportional
+OSC_POSE delta towards the current waypoint (positions re-read from the state every step, so a nudged
+object is followed) with the orientation held pointing down, fingers closing along world y (heading pi/2
+in `LiberoState.eef_yaw` terms), or along world x (heading 0) for a bowl in a cabinet compartment.
 
 Grasps: bowls by the rim (the fingers close across the wall; a centre grasp does not fit the jaws) on
 their +y side, or, when the bowl sits inside a fixture's bounding box (a cabinet layer, whose walls block
@@ -28,10 +28,9 @@ Articulated goals have their own experts, on the parts of `LiberoState.parts`:
   handle bar and pulls along the opening direction. Facing the drawer, the hand hangs 10 cm below the
   grip site: moving straight to the front point it swept bowls on the table into its own path (6 of 50
   official states of libero_goal task 0 failed so), and the open lower finger caught a bowl standing in
-  front of the drawer. A top-down grasp does not fit: the drawer
-  above's handle sits right over the bar, and the gap between bar and drawer front is narrower than a
-  finger. The facing hand is outside CoDA's 5-D target contract (pointing down), so these demos are 7-D
-  only.
+  front of the drawer. A top-down grasp does not fit: the handle of the drawer above sits right over the
+  bar, and the gap between bar and drawer front is narrower than a finger. The facing hand is outside
+  CoDA's 5-D target contract (pointing down), so these demos are 7-D only.
 - `KnobExpert` (`turnon` a stove): the fingers close across the knob's fin over its pivot (pointing down)
   and the wrist turns by KNOB_TURN about the vertical. Pushing the fin's end sideways instead stalled at
   0.47 rad (the goal needs 0.5) on 3 of 10 official states: the arm, low and close to its base, could not
