@@ -253,9 +253,10 @@ def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, in
     solves it), in batches the backend may spread over worker processes (`valid_scenes`). A source that
     runs dry (its stream ends or raises, or `4 count + 10` candidates were drawn) leaves its missing scenes
     to the `fill` stream, so the phase produces exactly the budget (the sum of the counts) unless even the
-    fill stream fails `20 n + 50` times. Every candidate checked is stored as a Scenario record (invalid ones with the check's reason); the valid scenes, in order and with their source,
-    are stored as the round's `expert_demos_r<R>` TrainingProgram — the list the train phase reads (a scene
-    may already be in memory from this round, e.g. a probe replayed by PLR).
+    fill stream fails `20 n + 50` times. Every candidate checked is stored as a Scenario record (invalid
+    ones with the check's reason); the valid scenes, in order and with their source, are stored as the
+    round's `expert_demos_r<R>` TrainingProgram — the list the train phase reads (a scene may already be in
+    memory from this round, e.g. a probe replayed by PLR).
     """
     from coda.engine.backend import valid_scenes
     from coda.memory import Scenario, TrainingProgram
