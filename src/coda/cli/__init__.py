@@ -19,7 +19,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-PresetOpt = Annotated[Optional[str], typer.Option("--preset", help="tiny | quick | full")]
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", help="tiny | quick | full | libero")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML or JSON config file")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override, e.g. --set policy.chunk_len=8")]
 

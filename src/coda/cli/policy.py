@@ -18,7 +18,7 @@ from rich.table import Table
 from coda.cli.common import console, err_console, one_line_errors
 from coda.errors import CodaError
 
-PresetOpt = Annotated[Optional[str], typer.Option("--preset", help="tiny | quick | full")]
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", help="tiny | quick | full | libero")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML or JSON config file")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="override, e.g. --set policy.chunk_len=8")]
 FamilyOpt = Annotated[str, typer.Option("--family", help="pick_place | stack | push | drawer")]
