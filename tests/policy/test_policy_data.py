@@ -133,10 +133,19 @@ def test_replayed_episode_gives_critic_samples_and_no_bc_sample(tmp_path: Path, 
     env = PointReachEnv(max_steps=8)
     spec = make_specs(1, seed=6)[0]
     drift = np.array([[*spec.start[:2], 0.2, 0.0, 1.0]] * 8, np.float32)
-    ep = replayed_episode(env, spec, drift)
+    states: list = []
+    ep = replayed_episode(env, spec, drift, states=states)
     assert ep.corrective and not ep.success and ep.length == 8
     assert all(lab is None for lab in ep.label_chunks)
     np.testing.assert_array_equal(ep.actions, drift)
+    from coda.engine.round import replay_states
+
+    again = replay_states(env, spec, ep.actions)  # the states it recorded are the replay's own
+    assert len(states) == len(again) == 9
+    for a, b in zip(states, again):
+        np.testing.assert_array_equal(a["gripper"], b["gripper"])
+        assert a["grip"] == b["grip"]
+    assert not np.array_equal(states[0]["gripper"], states[-1]["gripper"])  # the replay moved
     with DemoWriter(tmp_path) as w:
         w.add(ep)
     (back,) = DemoDataset(tmp_path).episodes()

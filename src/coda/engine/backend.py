@@ -218,8 +218,9 @@ def run_episode_job(backend: RoundBackend, env: Any, job: EpisodeJob, accepted: 
         ep = corrective_episode(env, job.spec, job.actions, backend.expert(job.spec, env),
                                 label_every=job.label_every, label_len=job.label_len)
         ep.label_chunks = [c if t >= job.start else None for t, c in enumerate(ep.label_chunks or [])]
-    elif job.kind == "replay":
-        ep = replayed_episode(env, job.spec, job.actions)
+    elif job.kind == "replay":  # no labels, so no snapshots: the replay's own states are those Φ needs
+        states = []
+        ep = replayed_episode(env, job.spec, job.actions, states=states)
     else:
         raise ValueError(f"episode job kind = {job.kind!r}; expected 'expert', 'corrective' or 'replay'")
     if states is None:

@@ -376,7 +376,8 @@ def run_expert_episode(env: Any, spec: Any, expert: Any, max_steps: int | None =
 
 
 def corrective_episode(
-    env: Any, spec: Any, actions: np.ndarray, expert: Any, label_every: int = 1, label_len: int | None = None
+    env: Any, spec: Any, actions: np.ndarray, expert: Any, label_every: int = 1, label_len: int | None = None,
+    states: list[Any] | None = None,
 ) -> Episode:
     """Relabel a (failed) trajectory with expert chunks: replay `actions` from `spec` and, every
     `label_every` steps, store the expert's chunk at that state.
@@ -397,6 +398,8 @@ def corrective_episode(
         expert: the labeller; None with `label_every = 0`.
         label_every: steps between labels; 0 labels nothing (see `replayed_episode`).
         label_len: steps of each label (default: the expert's `horizon`, else 8).
+        states: when a list, the privileged states of the replay (T + 1, read before each label) are
+            appended to it.
     """
     if label_every < 0:
         raise DatasetError(f"label_every = {label_every!r} must be >= 0 (0: no labels)")
@@ -429,6 +432,8 @@ def corrective_episode(
     terminated = False
     success = bool(info.get("success", False))
     for t, a in enumerate(acts):
+        if states is not None:
+            states.append(env.state())
         labels.append(label() if label_every and t % label_every == 0 else None)
         obs, reward, terminated, truncated, info = env.step(a)
         observations.append(obs)
@@ -437,6 +442,8 @@ def corrective_episode(
         if terminated or truncated:
             acts = acts[: t + 1]
             break
+    if states is not None:
+        states.append(env.state())
     labels.append(None)  # the final observation has no action to label
     return Episode(
         observations=observations, actions=acts, rewards=np.asarray(rewards, np.float32), terminated=bool(terminated),
@@ -446,13 +453,13 @@ def corrective_episode(
     )
 
 
-def replayed_episode(env: Any, spec: Any, actions: np.ndarray) -> Episode:
+def replayed_episode(env: Any, spec: Any, actions: np.ndarray, states: list[Any] | None = None) -> Episode:
     """A policy's own episode re-created by replaying its actions, with no expert label.
 
     It gives the chunk critic the policy's outcomes (its failures included) and no behaviour-cloning sample:
     an unlabelled corrective episode (see `ChunkDataset`).
     """
-    return corrective_episode(env, spec, actions, None, label_every=0)
+    return corrective_episode(env, spec, actions, None, label_every=0, states=states)
 
 
 def collect_demos(
