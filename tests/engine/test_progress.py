@@ -12,6 +12,7 @@ from coda.engine.progress import (
     LearningProgress,
     ProgressError,
     allocate_budget,
+    choose_modes,
     largest_remainder,
     mode_status,
 )
@@ -76,6 +77,28 @@ def test_solved_modes_retire_and_new_modes_get_the_floor() -> None:
     # every mode solved: the whole budget explores
     out = allocate_budget({"x": hist("x", (0.5, 1.0))}, 17, 0.1, 0.2, 0.9, np.random.default_rng(1))
     assert out == {"x": 0, EXPLORE: 17}
+
+
+def test_capped_rounds_give_scenes_to_new_modes_first_then_by_progress() -> None:
+    h = {"flat": hist("flat", (0.3, 0.3)), "gain": hist("gain", (0.1, 0.5)), "drop": hist("drop", (0.6, 0.4)),
+         "new": [], "done": hist("done", (0.5, 0.95))}
+    out = allocate_budget(h, 20, 0.1, 0.0, 0.9, np.random.default_rng(0), max_modes=2)
+    assert out["new"] > 0 and out["gain"] > 0  # never measured, then the largest |progress|
+    assert out["flat"] == out["drop"] == out["done"] == 0
+    assert sum(out.values()) == 20
+    assert choose_modes({k: v for k, v in h.items() if k != "done"}, 3, np.random.default_rng(0)) == ["drop", "gain", "new"]
+    # no cap, or a cap at least the number of active modes: every active mode gets scenes, as before
+    for cap in (0, 4, 9):
+        out = allocate_budget(h, 20, 0.1, 0.0, 0.9, np.random.default_rng(0), max_modes=cap)
+        assert out == allocate_budget(h, 20, 0.1, 0.0, 0.9, np.random.default_rng(0))
+        assert all(out[k] > 0 for k in ("flat", "gain", "drop", "new"))
+    # equal |progress|: which ones wait is drawn from the rng, the same for the same seed
+    ties = {k: hist(k, (0.2, 0.4)) for k in "abcdef"}
+    picks = {tuple(choose_modes(ties, 2, np.random.default_rng(s))) for s in range(20)}
+    assert len(picks) > 1
+    assert choose_modes(ties, 2, np.random.default_rng(3)) == choose_modes(ties, 2, np.random.default_rng(3))
+    with pytest.raises(ProgressError, match=r"max_modes = -1 must be a non-negative integer"):
+        allocate_budget(h, 20, 0.1, 0.0, 0.9, np.random.default_rng(0), max_modes=-1)
 
 
 def test_budget_sums_exactly_over_random_inputs() -> None:

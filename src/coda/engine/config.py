@@ -16,6 +16,7 @@ class EngineConfig(Section):
     demo_budget: int = Field(64, ge=0)  # expert demonstrations per round
     probe_scenes: int = Field(32, ge=1)  # probe scenes rolled out per round
     exploration_floor: float = Field(0.1, ge=0, le=1)  # minimum budget share per active failure mode
+    max_modes: int = Field(0, ge=0)  # failure modes given scenes per round, chosen by learning progress (0: every active mode)
     explore_share: float = Field(0.25, ge=0, le=1)  # budget share for new random variations (coda strategies)
     max_diagnoses: int = Field(8, ge=0)  # failed probe episodes diagnosed and verified per round
     measure_every_round: bool = True  # roll out every evaluation split after each round (False: after the last only)

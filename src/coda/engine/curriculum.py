@@ -3,7 +3,8 @@
 1. The round's accepted verdicts are clustered into failure modes (`coda.engine.modes.cluster`, with the run's
    sentence embedder `policy.text_model`).
 2. The budget is split over the active modes by learning progress (`coda.engine.progress.allocate_budget`);
-   solved modes retire, the `explore` share probes new random variations.
+   solved modes retire, the `explore` share probes new random variations; with `engine.max_modes`, only
+   that many modes get scenes in a round (never-measured ones first, then by |progress|).
 3. Each mode with a share gets a generation program: a level-0 program around exactly its verified factors
    when new, else a child of its last program (wider when solved, narrower when stuck, same level when
    progressing; `coda.engine.compile.child_program`). A mode whose factors cannot be compiled gives its
@@ -62,7 +63,8 @@ def plan_modes(ev: Evidence) -> Plan:
     # Modes neither seen this round nor ever compiled have nothing to generate from.
     active = {k: sorted(v, key=lambda lp: lp.round) for k, v in history.items() if k in members or k in last_program}
     rng = np.random.default_rng(ev.seed)
-    shares = allocate_budget(active, budget, cfg.exploration_floor, cfg.explore_share, cfg.solved_threshold, rng)
+    shares = allocate_budget(active, budget, cfg.exploration_floor, cfg.explore_share, cfg.solved_threshold, rng,
+                             max_modes=cfg.max_modes)
     plan = Plan(sources=[], modes={k: {"description": modes[k].description,
                                        "embedding": modes[k].record_fields()["embedding"]} for k in members})
     explore = shares.pop("explore", 0)

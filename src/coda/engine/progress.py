@@ -12,7 +12,10 @@ proportional to |progress| — a drop (forgetting) is as informative as a gain.
 new random variations (all of it when no mode is active). The rest, R, goes to the active modes: each gets
 `exploration_floor` × R, and the remaining (1 − n × floor) × R is split in proportion to |progress| of each
 mode's latest round. Modes without history get only the floor — unless no mode has history (or every
-|progress| is 0), in which case that remainder is split equally. Fractional quotas are rounded by the
+|progress| is 0), in which case that remainder is split equally. With `max_modes`, only that many active
+modes share R in a round: those never measured first, then by |progress| of their latest round (ties in
+random order); the others wait with 0 scenes, so a round's cost stays bounded however many modes the run has
+found and each chosen mode gets enough scenes to learn from. Fractional quotas are rounded by the
 largest-remainder method, with ties broken by the given rng, so the counts are integers that sum exactly
 to the budget and each differs from its quota by less than one.
 """
@@ -133,6 +136,19 @@ def largest_remainder(quotas: Mapping[str, float], total: int, rng: np.random.Ge
     return base
 
 
+def choose_modes(progress_by_mode: Mapping[str, Sequence[LearningProgress]], k: int, rng: np.random.Generator) -> list[str]:
+    """The `k` modes a capped round gives scenes to, in key order: never-measured modes first, then by
+    |progress| of the latest round, equal ones in an order drawn from `rng`."""
+    keys = sorted(progress_by_mode)
+    tie = rng.permutation(len(keys))
+
+    def rank(i: int) -> tuple[bool, float, int]:
+        hist = progress_by_mode[keys[i]]
+        return (bool(hist), -abs(hist[-1].progress) if hist else 0.0, int(tie[i]))
+
+    return sorted(keys[i] for i in sorted(range(len(keys)), key=rank)[:k])
+
+
 def allocate_budget(
     progress_by_mode: Mapping[str, Sequence[LearningProgress]],
     budget: int,
@@ -140,6 +156,7 @@ def allocate_budget(
     explore_share: float,
     solved_threshold: float,
     rng: np.random.Generator,
+    max_modes: int = 0,
 ) -> dict[str, int]:
     """Split a round's generation budget across failure modes and exploration (see the module docstring).
 
@@ -149,15 +166,16 @@ def allocate_budget(
         exploration_floor: minimum share of the modes' part per active mode; at most 1 / (active modes).
         explore_share: share of the budget for new random variations (key "explore").
         solved_threshold: success after training at which a mode retires.
-        rng: breaks ties in the rounding (same rng state, same counts).
+        rng: breaks ties in the choice of modes and in the rounding (same rng state, same counts).
+        max_modes: at most this many active modes get scenes (0: all of them).
 
     Returns:
-        {mode key: scenes, ..., "explore": scenes}; every given mode is present (retired ones with 0) and the
-        counts sum exactly to `budget`.
+        {mode key: scenes, ..., "explore": scenes}; every given mode is present (retired and waiting ones
+        with 0) and the counts sum exactly to `budget`.
 
     Raises:
-        ProgressError: negative budget, shares out of [0, 1], a floor the active modes cannot all get, a
-            mode named "explore", or a history listed under another mode or out of round order.
+        ProgressError: negative budget or max_modes, shares out of [0, 1], a floor the chosen modes cannot
+            all get, a mode named "explore", or a history listed under another mode or out of round order.
     """
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 0:
         raise ProgressError(f"budget = {budget!r} must be a non-negative integer")
@@ -167,12 +185,16 @@ def allocate_budget(
             raise ProgressError(f"{name} = {v!r} must be a number in [0, 1]")
     if not 0 < solved_threshold <= 1:
         raise ProgressError(f"solved_threshold = {solved_threshold!r} must be in (0, 1]")
+    if isinstance(max_modes, bool) or not isinstance(max_modes, (int, np.integer)) or max_modes < 0:
+        raise ProgressError(f"max_modes = {max_modes!r} must be a non-negative integer (0: no limit)")
     if EXPLORE in progress_by_mode:
         raise ProgressError(f"progress_by_mode: '{EXPLORE}' is reserved for exploration, not a mode key")
     for key, hist in progress_by_mode.items():
         _check_history(hist, f"progress_by_mode[{key!r}]", key)
     keys = sorted(progress_by_mode)  # a fixed order: the result does not depend on the mapping's order
     active = [k for k in keys if not (progress_by_mode[k] and progress_by_mode[k][-1].after >= solved_threshold)]
+    if max_modes and len(active) > max_modes:
+        active = choose_modes({k: progress_by_mode[k] for k in active}, max_modes, rng)
     n = len(active)
     if n and exploration_floor * n > 1 + 1e-9:
         raise ProgressError(
@@ -199,6 +221,7 @@ __all__ = [
     "ProgressError",
     "Status",
     "allocate_budget",
+    "choose_modes",
     "largest_remainder",
     "mode_status",
 ]

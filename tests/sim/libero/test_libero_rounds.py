@@ -207,6 +207,12 @@ def test_more_unsolved_modes_than_the_floor_allows_share_the_budget_evenly(tmp_p
     shares = mode_shares(active, 26, cfg, np.random.default_rng(0))
     assert sum(shares.values()) == 26 and shares["solved|task"] == 0
     assert all(shares[f"m{i}|task"] in (1, 2) for i in range(12))
+    # capped: three modes share the modes' part (never-measured first), the others wait this round
+    capped = libero_cfg(tmp_path, "engine.exploration_floor=0.1", "engine.max_modes=3").engine
+    active["new|task"] = []
+    shares = mode_shares(active, 26, capped, np.random.default_rng(0))
+    chosen = {k for k, v in shares.items() if v and k != "explore"}
+    assert sum(shares.values()) == 26 and len(chosen) == 3 and "new|task" in chosen
 
 
 def test_a_policy_rollout_runs_to_the_suite_horizon_in_a_new_env() -> None:

@@ -360,13 +360,16 @@ def factor_token(factor: Any, spec: LiberoScenario) -> str | None:
 
 
 def mode_shares(active: dict[str, list[Any]], budget: int, cfg: Any, rng: np.random.Generator) -> dict[str, int]:
-    """The budget split over modes by learning progress (`allocate_budget`); with more unsolved modes than
-    `1 / engine.exploration_floor`, each is guaranteed an equal share of the modes' part instead."""
+    """The budget split over modes by learning progress (`allocate_budget`, at most `engine.max_modes` of
+    them when set); with more of them than `1 / engine.exploration_floor`, each is guaranteed an equal share
+    of the modes' part instead."""
     from coda.engine.progress import allocate_budget
 
     unsolved = sum(1 for v in active.values() if not (v and v[-1].after >= cfg.solved_threshold))
+    if cfg.max_modes:
+        unsolved = min(unsolved, cfg.max_modes)
     floor = min(cfg.exploration_floor, 1.0 / unsolved) if unsolved else cfg.exploration_floor
-    return allocate_budget(active, budget, floor, cfg.explore_share, cfg.solved_threshold, rng)
+    return allocate_budget(active, budget, floor, cfg.explore_share, cfg.solved_threshold, rng, max_modes=cfg.max_modes)
 
 
 def mode_key_of(failure_mode: str, tokens: Iterable[str]) -> str:
