@@ -15,6 +15,7 @@ every backend; everything that depends on what a scene *is* goes through a `Roun
 | `explore_probes`, `explore_body` | single-edit probe scenes, and the body of a random-edit source |
 | `held_apart` | scenes of a stored generation program run with another seed |
 | `make_critic`, `make_verifier` | the critic and the verifier of the backend's episodes |
+| `verify_many` | the verdicts of a round's diagnoses, in order |
 | `planner` | the planner of a strategy on this backend (CoDA's failure-mode compiler differs per backend) |
 
 `valid_scenes(backend, stream, n, max_tries)` draws candidates from a scene stream and checks them in
@@ -159,6 +160,14 @@ class RoundBackend:
 
         return Verifier(self.cfg.critic, self.cfg.shaping, env_factory=lambda: env, seed=seed)
 
+    def verify_many(self, env: Any, checkpoint: Any, seed: int, jobs: Sequence[tuple[Any, Any]],
+                    base_scenes: Sequence[Any]) -> list[Any]:
+        """The Verdict of each (diagnosis, EpisodeRecord) in `jobs`, in order: one verifier (`make_verifier`
+        with `seed`) checks them against the policy of `checkpoint`, acting in `env`."""
+        verifier = self.make_verifier(env, seed)
+        success = policy_success_fn(checkpoint, env)
+        return [verifier.check(d, ep, policy_success=success, base_scenes=base_scenes) for d, ep in jobs]
+
     def planner(self, strategy: str, default: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return default
 
@@ -185,6 +194,27 @@ def _libero(cfg: "CodaConfig") -> RoundBackend:
 
 
 BACKENDS.register("libero", _libero)
+
+
+def policy_success_fn(checkpoint: Any, env: Any) -> Callable[[Any], bool]:
+    """scene -> did the policy of `checkpoint` succeed in it, acting in `env` (memoised per scene: the
+    rollout is deterministic)."""
+    import torch
+
+    from coda.engine.rollout import rollout_policy
+    from coda.policy.checkpoint import load_policy
+
+    policy = load_policy(checkpoint)
+    policy.eval()
+    cache: dict[str, bool] = {}
+
+    def success(spec: Any) -> bool:
+        if spec.spec_id not in cache:
+            with torch.no_grad():
+                cache[spec.spec_id] = rollout_policy(env, policy, spec, record_states=False).success
+        return cache[spec.spec_id]
+
+    return success
 
 
 @dataclass(frozen=True)

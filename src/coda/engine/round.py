@@ -196,7 +196,8 @@ def episode_record(env: Any, p: ProbeEpisode) -> Any:
 
 def phase_verify(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagnoses: dict[int, Any],
                  checkpoint: Path, env: Any, base_scenes: Sequence[ScenarioSpec]) -> dict[int, Any]:
-    """Verify each diagnosis against the simulator (consistency, single-factor counterfactuals, potential).
+    """Verify each diagnosis against the simulator (consistency, single-factor counterfactuals, potential),
+    through `backend.verify_many` (which may spread the diagnoses over worker processes).
 
     Returns:
         {episode id: Verdict} for every diagnosis (rejected ones included, with reasons).
@@ -206,41 +207,18 @@ def phase_verify(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagno
 
     mem = ctx.memory
     if ctx.pending(r, "verify"):
-        policy_success = _policy_success_fn(checkpoint, env)
-        verifier = ctx.backend.make_verifier(env, ctx.seed_for("verify", r))
         by_id = {p.episode_id: p for p in probes}
         drecs = {d.episode_id: d for d in mem.list("diagnosis", run_id=ctx.run_id, round_idx=r)}
-        rows = []
-        for eid, diag in sorted(diagnoses.items()):
-            v = verifier.check(diag, episode_record(env, by_id[eid]), policy_success=policy_success,
-                               base_scenes=base_scenes)
-            rows.append(VerdictRecord(diagnosis_id=drecs[eid].id, checks=v.model_dump(mode="json"),
-                                      passed=v.accepted, reason="; ".join(v.reasons) or None))
+        eids = sorted(diagnoses)
+        verdicts = ctx.backend.verify_many(env, checkpoint, ctx.seed_for("verify", r),
+                                           [(diagnoses[e], episode_record(env, by_id[e])) for e in eids], base_scenes)
+        rows = [VerdictRecord(diagnosis_id=drecs[eid].id, checks=v.model_dump(mode="json"), passed=v.accepted,
+                              reason="; ".join(v.reasons) or None) for eid, v in zip(eids, verdicts)]
         with ctx.commit(r, "verify") as tx:
             tx.add_all(rows)
     ep_of = {d.id: d.episode_id for d in mem.list("diagnosis", run_id=ctx.run_id, round_idx=r)}
     return {ep_of[v.diagnosis_id]: Verdict.model_validate(v.checks)
             for v in mem.list("verdict", run_id=ctx.run_id, round_idx=r)}
-
-
-def _policy_success_fn(checkpoint: Path, env: Any) -> Any:
-    """spec -> did the policy succeed (memoised per scene: the rollout is deterministic)."""
-    import torch
-
-    from coda.engine.rollout import rollout_policy
-    from coda.policy.checkpoint import load_policy
-
-    policy = load_policy(checkpoint)
-    policy.eval()
-    cache: dict[str, bool] = {}
-
-    def success(spec: ScenarioSpec) -> bool:
-        if spec.spec_id not in cache:
-            with torch.no_grad():
-                cache[spec.spec_id] = rollout_policy(env, policy, spec, record_states=False).success
-        return cache[spec.spec_id]
-
-    return success
 
 
 # ---- generate -----------------------------------------------------------------------------------------

@@ -92,17 +92,20 @@ def test_demos_from_two_workers_come_back_in_scene_order_with_their_potentials(t
     assert not list(tmp_path.glob("demos.part*"))
 
 
-def test_checks_and_round_episodes_in_two_workers_match_this_process(tmp_path: Path) -> None:
-    """`check_many` and `round_episodes` spread validity checks and the train phase's episodes over worker
-    processes; verdicts and episodes (actions, labels, Φ) are the ones this process gives, in order, and
-    the workers stop with the backend."""
-    import numpy as np
-
+def test_checks_round_episodes_and_verdicts_in_two_workers_match_this_process(tmp_path: Path) -> None:
+    """`check_many`, `round_episodes` and `verify_many` spread validity checks, the train phase's episodes
+    and the verifier's counterfactuals over worker processes; verdicts and episodes (actions, labels, Φ)
+    are the ones this process gives, in order, and the workers stop with the backend."""
+    from coda.critic.base import EpisodeRecord, make_critic
+    from coda.critic.config import CriticConfig
     from coda.engine.backend import EpisodeJob
+    from coda.policy.train import train_sft
 
     scenes = [LiberoScenario("libero_object", t, init_state=None, seed=k) for t, k in ((3, 5), (0, 2), (7, 1))]
-    here = backend_for(libero_cfg(tmp_path, "runtime.workers=1"))
-    there = backend_for(libero_cfg(tmp_path, "runtime.workers=2"))
+    extra = ("critic.counterfactual_k=1", "critic.verify_demos=1")
+    here = backend_for(libero_cfg(tmp_path, "runtime.workers=1", *extra))
+    there = backend_for(libero_cfg(tmp_path, "runtime.workers=2", *extra))
+    env = here.make_env()
     try:
         assert there.check_batch == 2 and here.check_batch == 1
         assert there.check_many(scenes) == [here.check(s) for s in scenes]
@@ -117,7 +120,30 @@ def test_checks_and_round_episodes_in_two_workers_match_this_process(tmp_path: P
             assert [c is None for c in x.label_chunks or []] == [c is None for c in y.label_chunks or []]
         assert a[0].success and len(a[1].actions) == 40 and not any(c is not None for c in a[1].label_chunks or [])
         assert any(c is not None for c in a[2].label_chunks) and all(c is None for c in a[2].label_chunks[:20])
+        # verdicts: a policy barely trained on one demo, two diagnoses of a still episode in a shifted scene
+        here.collect_demos([scenes[1]], tmp_path / "demos")
+        ckpt = tmp_path / "policy.pt"
+        train_sft([tmp_path / "demos"], here.cfg.policy, ckpt, steps=5)
+        shifted = derive(np.random.default_rng(0), LiberoScenario("libero_object", 0, init_state=0),
+                         [("shift_region", {"dx": [0.05, 0.05], "dy": [0.02, 0.02]})])
+        env.reset_to(shifted)
+        hold = np.r_[env.state().eef_pos, np.pi / 2, 1.0].astype(np.float32)
+        states = [env.state()]
+        for _ in range(30):
+            env.step(hold)
+            states.append(env.state())
+        still = EpisodeRecord("still", shifted, False, 30, states=states, instruction=shifted.instruction())
+        d = make_critic(CriticConfig(name="libero-privileged")).diagnose(still)
+        assert isinstance(d, Diagnosis) and d.factors
+        wrong = d.model_copy(update={"factors": (SceneFactor(kind="position", entity="milk_1", value="0.1,-0.2",
+                                                             detail="the milk is in the way"),)})
+        bases = [LiberoScenario("libero_object", 0, init_state=i) for i in range(2)]
+        v_here = here.verify_many(env, ckpt, 7, [(d, still), (wrong, still)], bases)
+        v_there = there.verify_many(env, ckpt, 7, [(d, still), (wrong, still)], bases)
+        assert [v.model_dump() for v in v_there] == [v.model_dump() for v in v_here]
+        assert [t.factor for t in v_here[0].trials] == list(d.factors) and v_here[1].trials[0].factor.entity == "milk_1"
     finally:
+        env.close()
         here.close()
         there.close()
     assert there._pool is None

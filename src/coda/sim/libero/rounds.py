@@ -179,6 +179,20 @@ def _episode(job: tuple[Any, set[str]]) -> Any:
     return run_episode_job(_WORKER["backend"], _WORKER["env"], job[0], job[1])
 
 
+def _verify(job: tuple[str, int, Any, Any, list[Any]]) -> Any:
+    """One diagnosis' verdict in a worker: its verifier (per seed) and the policy (per checkpoint) are kept
+    for the worker's next diagnoses, as one process keeps them for all of a round's."""
+    from coda.engine.backend import policy_success_fn
+
+    checkpoint, seed, diagnosis, episode, base_scenes = job
+    backend, env = _WORKER["backend"], _WORKER["env"]
+    if _WORKER.get("verifier_key") != (checkpoint, seed):
+        _WORKER["verifier_key"] = (checkpoint, seed)
+        _WORKER["verifier"] = backend.make_verifier(env, seed)
+        _WORKER["success"] = policy_success_fn(checkpoint, env)
+    return _WORKER["verifier"].check(diagnosis, episode, policy_success=_WORKER["success"], base_scenes=base_scenes)
+
+
 # ---- the backend ---------------------------------------------------------------------------------------
 
 
@@ -239,6 +253,17 @@ class LiberoBackend(RoundBackend):
         if self.check_batch <= 1 or len(jobs) <= 1:
             return super().round_episodes(jobs, accepted)
         return list(self._workers().map(_episode, [(job, set(accepted)) for job in jobs]))
+
+    def verify_many(self, env: Any, checkpoint: Any, seed: int, jobs: Sequence[tuple[Any, Any]],
+                    base_scenes: Sequence[Any]) -> list[Any]:
+        """The verdicts of a round's diagnoses, in order, across `runtime.workers` processes: each one runs
+        counterfactual scenes with the policy and the expert, tens of seconds per diagnosis. The verifier's
+        placements are seeded per episode (`coda.sim.libero.verify`), so the verdicts do not depend on which
+        process checks which diagnosis."""
+        if self.check_batch <= 1 or len(jobs) <= 1:
+            return super().verify_many(env, checkpoint, seed, jobs, base_scenes)
+        base = list(base_scenes)
+        return list(self._workers().map(_verify, [(str(checkpoint), seed, d, ep, base) for d, ep in jobs]))
 
     def close(self) -> None:
         """Stop the worker processes and close the check env."""

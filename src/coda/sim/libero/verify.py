@@ -21,7 +21,9 @@ checks (the `Verdict`, `CheckResult` and `FactorTrial` records are the tabletop 
 
 Cost: every policy outcome is memoised by `spec_id` for the verifier's life. Per diagnosis the factor tests
 run at most 2·k episodes per factor (k undone placements, k transplanted bases, 3 factors at most); base
-scenes are scanned once, at most k of them, and their outcomes are reused by later diagnoses.
+scenes are scanned once, at most k of them, and their outcomes are reused by later diagnoses. A check's
+`episodes` detail counts the policy outcomes it read (memoised or not), so a verdict is the same whichever
+diagnoses the verifier checked before (`LiberoBackend.verify_many` spreads them over processes).
 """
 
 from __future__ import annotations
@@ -194,6 +196,7 @@ class LiberoVerifier:
         self._outcomes: dict[str, bool | str] = {}  # spec_id -> success, or why the scene failed to build
         self._demos: dict[str, list[list[Any]]] = {}
         self.episodes_run = 0  # policy episodes actually run (memo misses), over the verifier's life
+        self._consulted: set[str] = set()  # scenes whose outcome the current counterfactual check read
 
     # -- public ---------------------------------------------------------------------------------------
 
@@ -248,7 +251,7 @@ class LiberoVerifier:
             why = "the diagnosis blames no scene factor, so it cannot be verified counterfactually"
             return CheckResult(name="counterfactual", status="failed", reason=why), ()
         k, margin = self.cfg.counterfactual_k, self.cfg.counterfactual_margin
-        calls = self.episodes_run
+        self._consulted = set()
         same = [s for s in base_scenes if (s.suite, s.task_id) == (spec.suite, spec.task_id) and s.spec_id != spec.spec_id]
         solved = [s for s in same[:k] if self._run(policy_success, s) is True]
         seeds = _seeds(self.seed, episode.episode_id, k)
@@ -262,7 +265,7 @@ class LiberoVerifier:
             trials.append(trial.model_copy(update={"reproduced": bool(ran) and all(ran)}))
         ok = [t for t in trials if t.reproduced]
         details: dict[str, Any] = {"base_scenes": len(solved), "margin": margin, "k": k,
-                                   "episodes": self.episodes_run - calls}
+                                   "episodes": len(self._consulted)}
         for i, t in enumerate(trials):
             details[f"factor{i}"] = f"{t.factor.kind}:{t.factor.entity}: {_trial_reason(t)}"
         if ok:
@@ -314,6 +317,7 @@ class LiberoVerifier:
     def _run(self, policy_success: LiberoPolicySuccess, s: LiberoScenario) -> bool | str:
         """The policy's outcome on `s` (memoised), or why the scene could not be built."""
         key = s.spec_id
+        self._consulted.add(key)
         if key not in self._outcomes:
             self.episodes_run += 1
             try:
