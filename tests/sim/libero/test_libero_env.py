@@ -65,6 +65,32 @@ def test_same_scenario_same_actions_same_episode(env: LiberoEnv) -> None:
     np.testing.assert_array_equal(runs[0][1], runs[1][1])
 
 
+def test_a_restored_snapshot_goes_on_as_the_episode_did(env: LiberoEnv) -> None:
+    """`set_state(get_state())` after other steps (the jaws closing, the arm moving away) gives the same next
+    steps, bit for bit: the snapshot holds the gripper's integrated command, the solver's warm start and
+    the state read after the last step, not only MuJoCo's qpos and qvel."""
+    rng = np.random.default_rng(2)
+    actions, away = rng.uniform(-1, 1, size=(8, 7)), rng.uniform(-1, 1, size=(12, 7))
+    actions[:, 6], away[:, 6] = -1.0, 1.0  # open, then closing elsewhere
+    env.reset_to(LiberoScenario("libero_object", 0, init_state=1))
+    for a in actions[:3]:
+        env.step(a)
+    snap = env.get_state()
+
+    def go_on() -> np.ndarray:
+        for a in actions[3:]:
+            env.step(a)
+        s = env.state()
+        return np.concatenate([s.eef_pos, s.body_pos.ravel(), s.gripper_qpos, [s.grip_cmd, s.steps]])
+
+    first = go_on()
+    for a in away:
+        env.step(a)
+    obs = env.set_state(snap)
+    assert env.steps == 3 and obs["proprio"].tolist() == env.observation()["proprio"].tolist()
+    np.testing.assert_array_equal(go_on(), first)
+
+
 def test_an_episode_does_not_depend_on_the_episodes_before_it(env: LiberoEnv) -> None:
     """A soft reset must not carry the gripper's integrated command or the solver's warm start over: the
     same scenario and actions give the same states after another episode in this env as in a new env."""

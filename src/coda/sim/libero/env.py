@@ -52,12 +52,20 @@ CAMERAS = {"agentview": "agentview", "front": "agentview", "robot0_eye_in_hand":
 
 @dataclass(frozen=True, eq=False)
 class LiberoSnapshot:
-    """A physics snapshot (MuJoCo time, qpos, qvel) with the episode counters."""
+    """A physics snapshot (MuJoCo time, qpos, qvel), the state the next steps also depend on (the grippers'
+    integrated finger commands, MuJoCo's solver warm start, the privileged state read after the last step)
+    and the episode counters."""
 
     scenario: LiberoScenario
     physics: np.ndarray  # ControlEnv.get_sim_state(): flattened time, qpos, qvel
     steps: int
     grip_cmd: float
+    fingers: tuple[np.ndarray, ...] = ()  # each robot's gripper `current_action` (robosuite integrates it per step)
+    warmstart: np.ndarray | None = None  # MjData.qacc_warmstart
+    # The state `state()` gave: read after a step, MuJoCo's positions of sites and bodies are those its last
+    # substep started from, and the next step's targets are computed from them; reading them again after a
+    # restore would give the integrated ones and another next step.
+    state: LiberoState | None = None
 
 
 def _fixture_homes(env: Any) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -220,10 +228,8 @@ class LiberoEnv(gym.Env):
         # A soft reset keeps the gripper's integrated finger command and MuJoCo's solver warm start from the
         # previous episode, which made an episode depend on what ran before it in this env: start both cold,
         # as a newly built env does.
-        for robot in env.robots:
-            gripper = getattr(robot, "gripper", None)
-            if gripper is not None and hasattr(gripper, "current_action"):
-                gripper.current_action = np.zeros(gripper.dof)
+        for gripper in self._grippers():
+            gripper.current_action = np.zeros(gripper.dof)
         env.sim.data.qacc_warmstart[:] = 0.0
         for _ in range(self.settle_steps):
             self._ctrl.step(NOOP)
@@ -361,8 +367,15 @@ class LiberoEnv(gym.Env):
         return out
 
     def get_state(self) -> LiberoSnapshot:
-        """A snapshot of the physics and the episode counters."""
-        return LiberoSnapshot(self.scenario, np.asarray(self._ctrl.get_sim_state()).copy(), self._steps, self._grip)
+        """A snapshot from which the episode goes on exactly as from here (`LiberoSnapshot`)."""
+        env = self._ctrl.env
+        return LiberoSnapshot(self.scenario, np.asarray(self._ctrl.get_sim_state()).copy(), self._steps, self._grip,
+                              tuple(np.array(g.current_action, copy=True) for g in self._grippers()),
+                              np.array(env.sim.data.qacc_warmstart, copy=True), self.state())
+
+    def _grippers(self) -> list[Any]:
+        return [g for r in self._ctrl.env.robots if (g := getattr(r, "gripper", None)) is not None
+                and hasattr(g, "current_action")]
 
     def set_state(self, snapshot: LiberoSnapshot) -> dict[str, Any]:
         """Restore a snapshot (loading its scenario first if another is active); returns the observation."""
@@ -374,7 +387,14 @@ class LiberoEnv(gym.Env):
         if snapshot.physics.shape != (size,):
             raise LiberoError(f"snapshot physics has shape {snapshot.physics.shape}, this scene needs ({size},)")
         self._ctrl.set_init_state(snapshot.physics)
+        for g, a in zip(self._grippers(), snapshot.fingers):
+            g.current_action = np.array(a, copy=True)
+        if snapshot.warmstart is not None:
+            self._ctrl.env.sim.data.qacc_warmstart[:] = snapshot.warmstart
         self._steps, self._grip = snapshot.steps, snapshot.grip_cmd
+        if snapshot.state is not None:
+            self._state, self._success = snapshot.state, snapshot.state.success
+            return self._obs.build(self._state)  # type: ignore[union-attr]
         self._success = bool(self._ctrl.check_success())
         return self._obs.build(self._read())  # type: ignore[union-attr]
 
