@@ -238,25 +238,19 @@ def run_episode_job(backend: RoundBackend, env: Any, job: EpisodeJob, accepted: 
 
     from coda.policy.data import corrective_episode, replayed_episode, run_expert_episode
 
-    states: list[Any] | None = None
+    states: list[Any] = []  # the states the episode's observations came from, for Φ
     if job.kind == "expert":
-        states = []
         ep = run_expert_episode(env, job.spec, backend.expert(job.spec, env), states=states)
         if not ep.success:
             return None
-    elif job.kind == "corrective":
+    elif job.kind == "corrective":  # states read after each label's snapshot is restored: the replay's own
         ep = corrective_episode(env, job.spec, job.actions, backend.expert(job.spec, env),
-                                label_every=job.label_every, label_len=job.label_len)
+                                label_every=job.label_every, label_len=job.label_len, states=states)
         ep.label_chunks = [c if t >= job.start else None for t, c in enumerate(ep.label_chunks or [])]
-    elif job.kind == "replay":  # no labels, so no snapshots: the replay's own states are those Φ needs
-        states = []
+    elif job.kind == "replay":
         ep = replayed_episode(env, job.spec, job.actions, states=states)
     else:
         raise ValueError(f"episode job kind = {job.kind!r}; expected 'expert', 'corrective' or 'replay'")
-    if states is None:
-        from coda.engine.round import replay_states
-
-        states = replay_states(env, job.spec, ep.actions)
     phis = backend.phis(env, job.spec, states, job.program, accepted)
     return dataclasses.replace(ep, potentials=np.asarray(phis, np.float32))
 

@@ -155,9 +155,21 @@ def test_corrective_labels_replan_from_each_failure_state() -> None:
         spec = LiberoScenario("libero_object", 0, init_state=0)
         env.reset_to(spec)
         hold = np.tile(np.r_[env.state().eef_pos, np.pi / 2, 1.0], (16, 1)).astype(np.float32)  # stand still, open
-        ep = corrective_episode(env, spec, hold, RelabellingExpert(env), label_every=8, label_len=80)
+        states: list = []
+        ep = corrective_episode(env, spec, hold, RelabellingExpert(env), label_every=8, label_len=80, states=states)
         labels = [np.asarray(c) for c in ep.label_chunks if c is not None]
         assert len(labels) == 2 and env.snapshots == 2
+        # restoring a label's snapshot puts the replay back where it was (physics, the grippers' integrated
+        # finger commands, the solver's warm start): the states it records, those its observations came
+        # from and Φ reads, are a plain replay's
+        from coda.engine.round import replay_states
+
+        again = replay_states(env, spec, ep.actions)
+        assert len(states) == len(again) == 17
+        for a, b in zip(states, again):
+            np.testing.assert_array_equal(a.eef_pos, b.eef_pos)
+            np.testing.assert_array_equal(a.body_pos, b.body_pos)
+            np.testing.assert_array_equal(a.gripper_qpos, b.gripper_qpos)
         assert labels[0][:, 4].min() == 0.0  # the first label runs the expert on to its grasp
         # the second starts from the same standing pose, so a replanned expert starts the same way; one that
         # kept its plan from the first label would already be closing its jaws
