@@ -154,7 +154,7 @@ def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_train
     phase_measure(ctx, 1, ckpt, new_ckpt, {E.FAMILY: {}})
     (lp,) = mem.list("progress")
     held = held_apart_scenes(progs["mode0_r1"].body["program"], ctx.seed_for("held_apart", 1, "mode0_r1"),
-                             cfg.engine.mode_probes)
+                             cfg.engine.mode_probes, ctx.backend)
     assert held and not {s.spec_id for s in held} & {s.spec_id for s in generated.scenes}
     want = [np.mean([x.success for x in evaluate_checkpoint(c, held, cfg.sim, workers=1, record_states=False)])
             for c in (ckpt, new_ckpt)]

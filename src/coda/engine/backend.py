@@ -105,7 +105,7 @@ class RoundBackend:
         """Up to `n` valid scenes of a stored mode program body run with another `seed`."""
         from coda.engine.round import held_apart_scenes
 
-        return held_apart_scenes(body["program"], seed, n)
+        return held_apart_scenes(body["program"], seed, n, self)
 
     # -- simulation ---------------------------------------------------------------------------------
 

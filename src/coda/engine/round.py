@@ -386,24 +386,23 @@ def _accepted_potentials(ctx: RunContext, r: int) -> set[str]:
     return {k for k, ok in latest.items() if ok}
 
 
-def held_apart_scenes(program: dict[str, Any], seed: int, n: int) -> list[ScenarioSpec]:
+def held_apart_scenes(program: dict[str, Any], seed: int, n: int, backend: Any) -> list[ScenarioSpec]:
     """Up to `n` valid scenes of a stored scene program run with another `seed`, so never trained on. Scenes
-    the program cannot build or the simulator refuses are skipped; at most 3 n + 5 are tried."""
+    the program cannot build or `backend` refuses (`valid_scenes`) are skipped; at most 3 n + 5 are tried."""
+    from coda.engine.backend import valid_scenes
     from coda.scene.programs import ProgramError, load_program, make_scene
-    from coda.scene.splits import sim_check
 
     held_apart = load_program(program).model_copy(update={"seed": seed})
-    out: list[ScenarioSpec] = []
-    for i in range(3 * n + 5):
-        if len(out) >= n:
-            break
-        try:
-            spec = make_scene(held_apart, i)
-        except ProgramError:
-            continue
-        if sim_check(spec)[0]:
-            out.append(spec)
-    return out
+    tries = 3 * n + 5
+
+    def candidates() -> Any:
+        for i in range(tries):
+            try:
+                yield make_scene(held_apart, i)
+            except ProgramError:
+                continue
+
+    return valid_scenes(backend, candidates(), n, tries).valid
 
 
 # ---- measure ------------------------------------------------------------------------------------------
