@@ -239,14 +239,15 @@ def test_strategies_without_a_libero_planner_fail_with_the_available_ones(tmp_pa
 def test_more_unsolved_modes_than_the_floor_allows_share_the_budget_evenly(tmp_path: Path) -> None:
     from coda.engine.progress import LearningProgress
 
-    cfg = libero_cfg(tmp_path, "engine.exploration_floor=0.1").engine
+    cfg = libero_cfg(tmp_path, "engine.exploration_floor=0.1", "engine.max_modes=0").engine
     active = {f"m{i}|task": [LearningProgress(mode=f"m{i}|task", round=1, before=0.0, after=0.2, n=1)] for i in range(12)}
     active["solved|task"] = [LearningProgress(mode="solved|task", round=1, before=0.5, after=0.95, n=1)]
     shares = mode_shares(active, 26, cfg, np.random.default_rng(0))
     assert sum(shares.values()) == 26 and shares["solved|task"] == 0
     assert all(shares[f"m{i}|task"] in (1, 2) for i in range(12))
-    # capped: three modes share the modes' part (never-measured first), the others wait this round
-    capped = libero_cfg(tmp_path, "engine.exploration_floor=0.1", "engine.max_modes=3").engine
+    # capped (the libero preset's 3): three modes share the modes' part (never-measured first), the others wait
+    capped = libero_cfg(tmp_path, "engine.exploration_floor=0.1").engine
+    assert capped.max_modes == 3
     active["new|task"] = []
     shares = mode_shares(active, 26, capped, np.random.default_rng(0))
     chosen = {k for k, v in shares.items() if v and k != "explore"}
