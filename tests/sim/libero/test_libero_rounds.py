@@ -98,11 +98,13 @@ def test_checks_round_episodes_and_verdicts_in_two_workers_match_this_process(tm
     are the ones this process gives, in order, and the workers stop with the backend."""
     from coda.critic.base import EpisodeRecord, make_critic
     from coda.critic.config import CriticConfig
+    from coda.critic.diagnosis import DiagnosisRejected
     from coda.engine.backend import EpisodeJob
+    from coda.policy.data import DemoWriter
     from coda.policy.train import train_sft
 
     scenes = [LiberoScenario("libero_object", t, init_state=None, seed=k) for t, k in ((3, 5), (0, 2), (7, 1))]
-    extra = ("critic.counterfactual_k=1", "critic.verify_demos=1")
+    extra = ("critic.verify_demos=1",)
     here = backend_for(libero_cfg(tmp_path, "runtime.workers=1", *extra))
     there = backend_for(libero_cfg(tmp_path, "runtime.workers=2", *extra))
     env = here.make_env()
@@ -120,8 +122,11 @@ def test_checks_round_episodes_and_verdicts_in_two_workers_match_this_process(tm
             assert [c is None for c in x.label_chunks or []] == [c is None for c in y.label_chunks or []]
         assert a[0].success and len(a[1].actions) == 40 and not any(c is not None for c in a[1].label_chunks or [])
         assert any(c is not None for c in a[2].label_chunks) and all(c is None for c in a[2].label_chunks[:20])
-        # verdicts: a policy barely trained on one demo, two diagnoses of a still episode in a shifted scene
-        here.collect_demos([scenes[1]], tmp_path / "demos")
+        # verdicts of a round's diagnoses, in order: one that blames nothing, one that blames an object left
+        # where the official task has it (nothing to undo) and a rejected one, against a policy trained 5
+        # steps on the demo above (never rolled out here: those checks need no policy episode)
+        with DemoWriter(tmp_path / "demos") as writer:
+            writer.add(demo)
         ckpt = tmp_path / "policy.pt"
         train_sft([tmp_path / "demos"], here.cfg.policy, ckpt, steps=5)
         shifted = derive(np.random.default_rng(0), LiberoScenario("libero_object", 0, init_state=0),
@@ -135,13 +140,16 @@ def test_checks_round_episodes_and_verdicts_in_two_workers_match_this_process(tm
         still = EpisodeRecord("still", shifted, False, 30, states=states, instruction=shifted.instruction())
         d = make_critic(CriticConfig(name="libero-privileged")).diagnose(still)
         assert isinstance(d, Diagnosis) and d.factors
-        wrong = d.model_copy(update={"factors": (SceneFactor(kind="position", entity="milk_1", value="0.1,-0.2",
-                                                             detail="the milk is in the way"),)})
-        bases = [LiberoScenario("libero_object", 0, init_state=i) for i in range(2)]
-        v_here = here.verify_many(env, ckpt, 7, [(d, still), (wrong, still)], bases)
-        v_there = there.verify_many(env, ckpt, 7, [(d, still), (wrong, still)], bases)
+        milk = d.model_copy(update={"factors": (SceneFactor(kind="position", entity="milk_1", value="0.1,-0.2",
+                                                            detail="the milk is in the way"),)})
+        rejected = DiagnosisRejected(critic="libero-privileged", episode_id="still", reason="unreadable", raw_text="")
+        jobs = [(d.model_copy(update={"factors": ()}), still), (milk, still), (rejected, still)]
+        v_here = here.verify_many(env, ckpt, 7, jobs, [])
+        v_there = there.verify_many(env, ckpt, 7, jobs, [])
         assert [v.model_dump() for v in v_there] == [v.model_dump() for v in v_here]
-        assert [t.factor for t in v_here[0].trials] == list(d.factors) and v_here[1].trials[0].factor.entity == "milk_1"
+        assert "blames no scene factor" in v_here[0].check("counterfactual").reason
+        assert v_here[1].trials[0].factor.entity == "milk_1" and not v_here[1].accepted
+        assert v_here[2].failure_mode is None and "unreadable" in v_here[2].reasons[0]
     finally:
         env.close()
         here.close()
