@@ -60,12 +60,12 @@ class LiberoSnapshot:
     physics: np.ndarray  # ControlEnv.get_sim_state(): flattened time, qpos, qvel
     steps: int
     grip_cmd: float
-    fingers: tuple[np.ndarray, ...] = ()  # each robot's gripper `current_action` (robosuite integrates it per step)
-    warmstart: np.ndarray | None = None  # MjData.qacc_warmstart
+    fingers: tuple[np.ndarray, ...]  # each robot's gripper `current_action` (robosuite integrates it per step)
+    warmstart: np.ndarray  # MjData.qacc_warmstart
     # The state `state()` gave: read after a step, MuJoCo's positions of sites and bodies are those its last
     # substep started from, and the next step's targets are computed from them; reading them again after a
     # restore would give the integrated ones and another next step.
-    state: LiberoState | None = None
+    state: LiberoState
 
 
 def _fixture_homes(env: Any) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -389,14 +389,10 @@ class LiberoEnv(gym.Env):
         self._ctrl.set_init_state(snapshot.physics)
         for g, a in zip(self._grippers(), snapshot.fingers):
             g.current_action = np.array(a, copy=True)
-        if snapshot.warmstart is not None:
-            self._ctrl.env.sim.data.qacc_warmstart[:] = snapshot.warmstart
+        self._ctrl.env.sim.data.qacc_warmstart[:] = snapshot.warmstart
         self._steps, self._grip = snapshot.steps, snapshot.grip_cmd
-        if snapshot.state is not None:
-            self._state, self._success = snapshot.state, snapshot.state.success
-            return self._obs.build(self._state)  # type: ignore[union-attr]
-        self._success = bool(self._ctrl.check_success())
-        return self._obs.build(self._read())  # type: ignore[union-attr]
+        self._state, self._success = snapshot.state, snapshot.state.success
+        return self._obs.build(self._state)  # type: ignore[union-attr]
 
     # ---- rendering ------------------------------------------------------------------------------
 
