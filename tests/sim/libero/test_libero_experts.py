@@ -149,3 +149,70 @@ def test_drawer_demos_are_refused_as_targets(env: LiberoEnv) -> None:
     env.reset_to(LiberoScenario("libero_goal", 0, init_state=0))
     with pytest.raises(LiberoError, match="drawer expert turns the hand"):
         TargetExpert(env).reset()
+
+
+def test_the_drawer_is_opened_then_the_bowl_put_inside_it(env: LiberoEnv) -> None:
+    """libero_goal task 3 ("open the top drawer and put the bowl inside"): the goal is only `In` the top
+    drawer's region, which moves with the closed drawer. The expert pulls the drawer open, lets go, slides
+    the bowl out from under the drawer that now overhangs it, and puts it in; the drawer stays open."""
+    import numpy as np
+
+    from coda.sim.libero.experts import DrawerPlaceExpert, expert_for
+
+    scenario = LiberoScenario("libero_goal", 3, init_state=2)
+    env.reset_to(scenario)
+    expert = expert_for(env)
+    assert isinstance(expert, DrawerPlaceExpert) and (expert.obj, expert.part) == (
+        "akita_black_bowl_1", "wooden_cabinet_1_top_region")
+    assert not env.state().parts[expert.part].is_open
+    stages, shift = [], None
+    while not env.state().success and env.steps < env.max_steps:
+        s = env.state()
+        action = expert.act(s)
+        if not stages or stages[-1] != expert.stage:
+            stages.append(expert.stage)
+        placer = expert._placer
+        if shift is None and placer._clear is not None:
+            shift = placer._clear[:2] - s.eef_pos[:2]
+        env.step(action)
+    assert env.state().success, f"failed after {env.steps} steps, stages {stages}"
+    assert stages == ["open", "let_go", "back", "rise", "over", "place"]
+    assert env.state().parts[expert.part].is_open
+    # before the lift the bowl was slid out from under the drawer, along one world axis (here 6 cm towards -x)
+    assert shift is not None and np.count_nonzero(shift) == 1 and float(np.abs(shift).max()) > 0.01
+    with pytest.raises(LiberoError, match="drawer expert turns the hand"):
+        from coda.sim.libero.targets import TargetExpert
+
+        TargetExpert(env).reset()
+
+
+def test_clearing_shift_takes_the_shortest_way_out() -> None:
+    import numpy as np
+
+    from coda.sim.libero.experts import clearing_shift
+
+    lo, hi = np.array([0.0, 0.0]), np.array([1.0, 1.0])
+    np.testing.assert_allclose(clearing_shift(np.array([0.5, 1.05]), np.array([0.1, 0.1]), lo, hi, 0.02), [0.0, 0.07])
+    np.testing.assert_allclose(clearing_shift(np.array([-0.05, 0.5]), np.array([0.1, 0.1]), lo, hi, 0.02), [-0.07, 0.0])
+    np.testing.assert_allclose(clearing_shift(np.array([2.0, 0.5]), np.array([0.1, 0.1]), lo, hi, 0.02), [0.0, 0.0])
+
+
+def test_expert_bench_merges_new_tasks_into_earlier_results() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "bench" / "libero_experts.py"
+    spec = importlib.util.spec_from_file_location("bench_libero_experts", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    old = {"experts": {"libero_goal": {"3": 0.0, "4": 1.0}},
+           "tasks": {"libero_goal:3": {"n": 10}, "libero_goal:4": {"n": 10}}, "command": "first",
+           "more_commands": ["second"], "wall_seconds": 10.0, "versions": {"mujoco": "old"}}
+    new = {"experts": {"libero_goal": {"3": 1.0}, "libero_object": {"0": 1.0}}, "tasks": {"libero_goal:3": {"n": 50}},
+           "command": "third", "wall_seconds": 5.0, "versions": {"mujoco": "new"}}
+    out = bench.merged(old, new)
+    assert out["experts"] == {"libero_goal": {"3": 1.0, "4": 1.0}, "libero_object": {"0": 1.0}}
+    assert out["tasks"] == {"libero_goal:3": {"n": 50}, "libero_goal:4": {"n": 10}}
+    assert (out["command"], out["more_commands"], out["wall_seconds"]) == ("first", ["second", "third"], 15.0)
+    assert old["experts"]["libero_goal"]["3"] == 0.0  # the earlier results are not changed in place

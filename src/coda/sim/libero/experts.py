@@ -1,5 +1,6 @@
 """Scripted experts on privileged state: pick-and-place for LIBERO `in` / `on` goals (libero_object,
-libero_spatial and the pick-and-place tasks of other suites), opening a drawer and turning a stove on.
+libero_spatial and the pick-and-place tasks of other suites), opening a drawer, putting an object into a
+drawer it opens first, and turning a stove on.
 
 Pick-and-place waypoints (grip site targets): above the grasp point, down to it, close, lift to the carry
 height, over the place point, down to the release height, open, up. Each control step is a proportional
@@ -31,6 +32,9 @@ Articulated goals have their own experts, on the parts of `LiberoState.parts`:
   front of the drawer. A top-down grasp does not fit: the handle of the drawer above sits right over the
   bar, and the gap between bar and drawer front is narrower than a finger. The facing hand is outside
   CoDA's 5-D target contract (pointing down), so these demos are 7-D only.
+- `DrawerPlaceExpert` (`in` a closed drawer's region): opens the drawer as above, lets go, and puts the object
+  in with `InDrawerExpert`, which first slides the grasped object out from under the drawer now hanging over
+  it (`clearing_shift`).
 - `KnobExpert` (`turnon` a stove): the fingers close across the knob's fin over its pivot (pointing down)
   and the wrist turns by KNOB_TURN about the vertical. Pushing the fin's end sideways instead stalled at
   0.47 rad (the goal needs 0.5) on 3 of 10 official states: the arm, low and close to its base, could not
@@ -39,7 +43,7 @@ Articulated goals have their own experts, on the parts of `LiberoState.parts`:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -159,7 +163,9 @@ class PickPlaceExpert:
     _pick_bottom: float = -np.inf  # the picked object's bottom before it was lifted (world z, m)
     heading: float | None = None  # grip site heading held (eef_yaw convention), chosen at the first act()
 
-    PHASES = ("above", "down", "close", "lift", "over", "lower", "open", "up", "done")
+    PHASES: ClassVar[tuple[str, ...]] = ("above", "down", "close", "lift", "over", "lower", "open", "up", "done")
+    CARRYING: ClassVar[tuple[str, ...]] = ("lift", "over", "lower")  # phases with the object in hand
+    MOVING: ClassVar[tuple[str, ...]] = ("above", "lift")  # waypoints that count as reached while still moving
 
     def reset(self) -> None:
         self.phase, self._in_phase, self._integral, self._last, self._still = 0, 0, None, None, 0
@@ -168,6 +174,9 @@ class PickPlaceExpert:
     @property
     def done(self) -> bool:
         return self.PHASES[self.phase] == "done"
+
+    def _restart(self) -> None:
+        """Forget what the grasp now given up had fixed (a grasp starts again)."""
 
     def _orientation(self) -> np.ndarray:
         """Target grip site orientation: pointing down with the chosen heading."""
@@ -244,11 +253,12 @@ class PickPlaceExpert:
             bowl = "bowl" in s.texts[s.index[self.task.obj]]
             self.heading = 0.0 if bowl and in_compartment(s, self.task.obj) else HEADING_Y
         name = self.PHASES[self.phase]
-        if name in ("lift", "over", "lower"):
+        if name in self.CARRYING:
             self._lost = 0 if self.task.obj in s.grasped else self._lost + 1
             if self._lost >= LOST_STEPS and self.retries < MAX_RETRIES:
                 self.retries += 1
                 self.phase, self._in_phase, self._integral, self._still, self._lost = 0, 0, None, 0, 0
+                self._restart()
                 name = self.PHASES[0]
         target, grip, tol = self._target(s)
         self._in_phase += 1
@@ -260,7 +270,7 @@ class PickPlaceExpert:
             self._still = self._still + 1 if moved < STALL_SPEED else 0
             dist = float(np.linalg.norm(target - s.eef_pos))
             stalled = self._still >= STALL_STEPS and dist < STALL_ERROR
-            settled = moved < SETTLED_SPEED or name in ("above", "lift")  # release and grasp at rest, not swinging
+            settled = moved < SETTLED_SPEED or name in self.MOVING  # release and grasp at rest, not swinging
             advance = (dist < tol and settled) or stalled or self._in_phase >= PHASE_LIMIT
         self._last = s.eef_pos.copy()
         err = target - s.eef_pos
@@ -270,7 +280,7 @@ class PickPlaceExpert:
         if name != "done" and advance:
             self.phase, self._in_phase, self._integral, self._still = self.phase + 1, 0, None, 0
         a = np.zeros(7)
-        speed = CARRY_SPEED if name in ("lift", "over", "lower") else 1.0
+        speed = CARRY_SPEED if name in self.CARRYING else 1.0
         command = self.pos_gain * err + (POS_I_GAIN * self._integral if self._integral is not None else 0.0)
         a[:3] = np.clip(command / POS_SCALE, -speed, speed)
         a[3:6] = np.clip(_rotvec(self._orientation() @ s.eef_rot.T) / ROT_SCALE, -1.0, 1.0)
@@ -390,17 +400,169 @@ class KnobExpert(PartExpert):
         return grasp, orientation, 1.0, 0.0 if name == "turn" else np.inf
 
 
-Expert = PickPlaceExpert | DrawerExpert | KnobExpert
+
+
+OPEN_MARGIN = 0.01  # a drawer to put something in is pulled this far past LIBERO's open threshold, m
+HANDLE_TO_INSIDE = 0.03  # from a drawer handle's centre to the inside of the drawer's front wall, m
+DRAWER_FLOOR = 0.01  # a drawer's floor above the lowest point of its collision geoms, m
+CLEAR_MARGIN = 0.02  # a grasped object is slid this far clear of an overhanging drawer before it is lifted, m
+
+
+def clearing_shift(center: np.ndarray, half: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                   margin: float = CLEAR_MARGIN) -> np.ndarray:
+    """The shortest horizontal move along a world axis that takes a footprint (`center`, `half`: (2,)) at least
+    `margin` clear of the box `lo`..`hi` ((2,) corners); zero when they are apart already."""
+    a_lo, a_hi = center - half, center + half
+    if np.any(a_hi <= lo - margin) or np.any(a_lo >= hi + margin):
+        return np.zeros(2)
+    moves = [(hi[k] + margin - a_lo[k], k) for k in range(2)] + [(lo[k] - margin - a_hi[k], k) for k in range(2)]
+    d, k = min(moves, key=lambda m: abs(m[0]))
+    shift = np.zeros(2)
+    shift[k] = d
+    return shift
+
+
+@dataclass
+class InDrawerExpert(PickPlaceExpert):
+    """Pick-and-place into an open drawer (`task.target` is the drawer's BDDL region, a `LiberoState.parts`
+    key): the grasped object is first slid clear of the drawer's footprint at the height it was grasped, so
+    lifting it does not hit the drawer's underside (the top drawer, pulled out, hangs over the table in front of
+    the cabinet); it is carried above the drawer's top and released over the drawer's floor, halfway along the
+    part pulled out of the cabinet."""
+
+    _clear: np.ndarray | None = None  # the slide-clear waypoint, fixed when the slide starts
+
+    PHASES: ClassVar[tuple[str, ...]] = ("above", "down", "close", "clear", "lift", "over", "lower", "open", "up",
+                                         "done")
+    CARRYING: ClassVar[tuple[str, ...]] = ("clear", "lift", "over", "lower")
+    MOVING: ClassVar[tuple[str, ...]] = ("above", "clear", "lift")
+
+    def reset(self) -> None:
+        super().reset()
+        self._clear = None
+
+    def _restart(self) -> None:
+        self._clear = None
+
+    def act(self, s: LiberoState) -> np.ndarray:
+        if self.heading is None:  # the open drawer over the object is not a compartment: the fingers close along y
+            self.heading = HEADING_Y
+        return super().act(s)
+
+    def _place_point(self, s: LiberoState) -> np.ndarray:
+        part, i = s.parts[self.task.target], s.index[self.task.obj]
+        pulled = abs(part.qpos)  # how far the drawer is out (LIBERO's drawers are closed at joint position 0), m
+        spot = part.handle - (HANDLE_TO_INSIDE + pulled / 2) * part.open_dir
+        offset = s.eef_pos - s.center[i]
+        bottom = s.center[i, 2] - s.half[i, 2]
+        floor = part.lo[2] + DRAWER_FLOOR
+        return np.array([spot[0] + offset[0], spot[1] + offset[1], s.eef_pos[2] - (bottom - (floor + RELEASE_GAP))])
+
+    def _carry_z(self, s: LiberoState) -> float:
+        part, i = s.parts[self.task.target], s.index[self.task.obj]
+        spot = self._place_point(s)[:2] - (s.eef_pos[:2] - s.center[i, :2])
+        gap = path_gap(s.center[:, :2], s.half[:, :2], s.center[i, :2], spot)
+        near = gap < float(np.max(s.half[i, :2])) + np.where(s.fixture, 0.0, PATH_MARGIN)
+        near[i] = False
+        tallest = max(float(np.max(s.center[near, 2] + s.half[near, 2], initial=-np.inf)), float(part.hi[2]))
+        return max(tallest, self._pick_bottom) + CLEARANCE + self._hang
+
+    def _target(self, s: LiberoState) -> tuple[np.ndarray, float, float]:
+        if self.PHASES[self.phase] != "clear":
+            return super()._target(s)
+        if self._clear is None:
+            part, i = s.parts[self.task.target], s.index[self.task.obj]
+            overhang = part.lo[2] > s.center[i, 2] - s.half[i, 2]  # the drawer is above the object's bottom
+            shift = np.zeros(2)
+            if overhang:
+                shift = clearing_shift(s.center[i, :2], s.half[i, :2], part.lo[:2], part.hi[:2])
+            self._clear = s.eef_pos + np.array([shift[0], shift[1], 0.01])
+        return self._clear.copy(), 1.0, TOL
+
+
+@dataclass
+class DrawerPlaceExpert:
+    """`in` a closed drawer's region: opens the drawer with `DrawerExpert` (pulled OPEN_MARGIN past LIBERO's
+    threshold), lets go of the handle, backs away PRE_REACH and rises HAND_RISE, turns to point down on its way
+    to HOVER above the drawer's top over the grasp point, then puts the object inside with `InDrawerExpert`.
+    Going from the drawer straight to the grasp pushed the drawer half shut (the fingers, turning to point down,
+    swept its front). The opening hand faces the drawer, so these demos are 7-D only, like the drawer's."""
+
+    obj: str  # entity to put in the drawer
+    part: str  # the drawer's BDDL region (`LiberoState.parts` key)
+    stage: str = "open"  # "open", "let_go", "back", "rise", "over", "place"
+    _in_stage: int = 0
+    _opener: DrawerExpert = field(init=False)
+    _placer: InDrawerExpert = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.stage, self._in_stage = "open", 0
+        self._opener = DrawerExpert(self.part)
+        self._placer = InDrawerExpert(PickPlaceTask(obj=self.obj, target=self.part, relation="in"))
+
+    @property
+    def heading(self) -> float | None:
+        return self._placer.heading if self.stage == "place" else None
+
+    @property
+    def done(self) -> bool:
+        return self.stage == "place" and self._placer.done
+
+    def act(self, s: LiberoState) -> np.ndarray:
+        """The next action (float32 (7,)) for state `s`."""
+        if self.part not in s.parts:
+            raise LiberoError(f"part = {self.part!r} is not an articulated part of the scene; parts: {sorted(s.parts)}")
+        part = s.parts[self.part]
+        out = part.open_dir
+        if self.stage == "open" and part.opening * (part.qpos - part.open_at) >= OPEN_MARGIN:
+            # a drawer found open goes straight to the placing; one just pulled open is let go of first
+            self.stage, self._in_stage = ("let_go" if self._opener.phase > 0 else "place"), 0
+        if self.stage == "open":
+            return self._opener.act(s)
+        self._in_stage += 1
+        if self.stage == "let_go":
+            target, grip, orientation = part.handle.copy(), -1.0, facing(-out)
+            if self._in_stage >= OPEN_STEPS:
+                self.stage, self._in_stage = "back", 0
+        elif self.stage in ("back", "rise", "over"):
+            target, grip, orientation = part.handle + PRE_REACH * out, -1.0, facing(-out)
+            if self.stage == "rise":
+                target = target + np.array([0.0, 0.0, HAND_RISE])
+            if self.stage == "over":
+                placer = self._placer
+                placer.heading = HEADING_Y
+                target = np.array([*placer._grasp_point(s)[:2], part.hi[2] + HOVER])
+                orientation = placer._orientation()
+            if float(np.linalg.norm(target - s.eef_pos)) < 3 * TOL or self._in_stage >= PHASE_LIMIT:
+                self.stage, self._in_stage = {"back": "rise", "rise": "over", "over": "place"}[self.stage], 0
+        else:
+            return self._placer.act(s)
+        a = np.zeros(7)
+        a[:3] = np.clip((target - s.eef_pos) / POS_SCALE, -1.0, 1.0)
+        a[3:6] = np.clip(_rotvec(orientation @ s.eef_rot.T) / ROT_SCALE, -1.0, 1.0)
+        a[6] = grip
+        return a.astype(np.float32)
+
+
+Expert = PickPlaceExpert | DrawerExpert | KnobExpert | DrawerPlaceExpert
 
 
 def expert_for(env: "LiberoEnv") -> Expert:
     """The scripted expert for the current episode of a `LiberoEnv` (privileged BDDL goal): `DrawerExpert`
-    for `open` of a drawer region, `KnobExpert` for `turnon` of a stove, else the pick-and-place expert.
+    for `open` of a drawer region, `DrawerPlaceExpert` for `in` a drawer region, `KnobExpert` for `turnon` of
+    a stove, else the pick-and-place expert.
 
     Raises:
         LiberoError: a goal none of the experts handles (several predicates, `close`, pushing...).
     """
     goal, state = env.goal, env.state()
+    if len(goal) == 1 and len(goal[0]) == 3 and goal[0][0] == "in" and goal[0][2] in state.parts:
+        part = state.parts[goal[0][2]]
+        if part.kind == "slide" and goal[0][1] in state.names:
+            return DrawerPlaceExpert(goal[0][1], goal[0][2])
     if len(goal) == 1 and len(goal[0]) == 2 and goal[0][1] in state.parts:
         predicate, part = goal[0]
         kind = state.parts[part].kind

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from coda.sim.libero.errors import LiberoError
-from coda.sim.libero.experts import DOWN_Y, HEADING_Y, POS_SCALE, ROT_SCALE, DrawerExpert, Expert, _rotvec, expert_for, yaw_rotation
+from coda.sim.libero.experts import DOWN_Y, HEADING_Y, POS_SCALE, ROT_SCALE, DrawerExpert, DrawerPlaceExpert, Expert, _rotvec, expert_for, yaw_rotation
 from coda.sim.libero.state import LiberoState
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class TargetExpert:
         """
         env = self.env.env if isinstance(self.env, TargetActionEnv) else self.env
         expert = expert_for(env)
-        if isinstance(expert, DrawerExpert):
+        if isinstance(expert, DrawerExpert | DrawerPlaceExpert):
             raise LiberoError(f"goal = {env.goal}: the drawer expert turns the hand to face the drawer, and 5-D targets "
                               "keep it pointing down; its demos exist only as 7-D OSC_POSE actions")
         self.expert = expert
