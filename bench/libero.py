@@ -22,7 +22,7 @@ Writes `bench/results/libero.json` (or `--out`):
      "wall_seconds": float, "meta": {...}}
 
 Usage:
-    python bench/libero.py                           # the libero preset: 15 rounds (about 2.8 h on 2 cores)
+    python bench/libero.py                           # the libero preset: 15 rounds (80 min to 2.8 h on 2 cores)
     python bench/libero.py --fast                    # libero_object only, 2 short rounds (a smoke run)
     python bench/libero.py --resume --work /tmp/lb   # continue an interrupted run
 
