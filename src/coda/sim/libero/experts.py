@@ -203,22 +203,30 @@ class PickPlaceExpert:
     def _place_point(self, s: LiberoState) -> np.ndarray:
         """Grip site target that puts the held object's box centre over the target's and its bottom
         RELEASE_GAP above the target's top (measured on the object as it hangs now: grasps tilt bowls)."""
-        i, j = s.index[self.task.obj], s.index[self.task.target]
-        top = s.center[j, 2] + s.half[j, 2]
+        i = s.index[self.task.obj]
+        xy, top = self._goal_spot(s)
         bottom = s.center[i, 2] - s.half[i, 2]
         offset = s.eef_pos - s.center[i]
-        return np.array([s.center[j, 0] + offset[0], s.center[j, 1] + offset[1],
-                         s.eef_pos[2] - (bottom - (top + RELEASE_GAP))])
+        return np.array([xy[0] + offset[0], xy[1] + offset[1], s.eef_pos[2] - (bottom - (top + RELEASE_GAP))])
+
+    def _goal_spot(self, s: LiberoState) -> tuple[np.ndarray, float]:
+        """(xy the held object's box centre goes to, height of the surface it is put on): the target's."""
+        j = s.index[self.task.target]
+        return s.center[j, :2], float(s.center[j, 2] + s.half[j, 2])
+
+    def _carry_floor(self, s: LiberoState) -> float:
+        """Height the held object's bottom clears (CLEARANCE above it) whatever is near the path: where it was
+        picked from (an object picked from a cabinet top is carried at least as high as it started)."""
+        return self._pick_bottom
 
     def _carry_z(self, s: LiberoState) -> float:
-        i, j = s.index[self.task.obj], s.index[self.task.target]
-        gap = path_gap(s.center[:, :2], s.half[:, :2], s.center[i, :2], s.center[j, :2])
+        i = s.index[self.task.obj]
+        gap = path_gap(s.center[:, :2], s.half[:, :2], s.center[i, :2], self._goal_spot(s)[0])
         near = gap < float(np.max(s.half[i, :2])) + np.where(s.fixture, 0.0, PATH_MARGIN)
         near[i] = False
-        # the target is on the path, so a fixture the object is put on (the cabinet's top) is cleared too;
-        # an object picked from a high place (a cabinet top) is carried at least as high as it started
-        tallest = float(np.max(s.center[near, 2] + s.half[near, 2]))
-        return max(tallest, self._pick_bottom) + CLEARANCE + self._hang
+        # the target is on the path, so a fixture the object is put on (the cabinet's top) is cleared too
+        tallest = float(np.max(s.center[near, 2] + s.half[near, 2], initial=-np.inf))
+        return max(tallest, self._carry_floor(s)) + CLEARANCE + self._hang
 
     def _target(self, s: LiberoState) -> tuple[np.ndarray, float, float]:
         """(waypoint position, gripper command, tolerance) of the current phase."""
@@ -400,8 +408,6 @@ class KnobExpert(PartExpert):
         return grasp, orientation, 1.0, 0.0 if name == "turn" else np.inf
 
 
-
-
 OPEN_MARGIN = 0.01  # a drawer to put something in is pulled this far past LIBERO's open threshold, m
 HANDLE_TO_INSIDE = 0.03  # from a drawer handle's centre to the inside of the drawer's front wall, m
 DRAWER_FLOOR = 0.01  # a drawer's floor above the lowest point of its collision geoms, m
@@ -449,23 +455,13 @@ class InDrawerExpert(PickPlaceExpert):
             self.heading = HEADING_Y
         return super().act(s)
 
-    def _place_point(self, s: LiberoState) -> np.ndarray:
-        part, i = s.parts[self.task.target], s.index[self.task.obj]
+    def _goal_spot(self, s: LiberoState) -> tuple[np.ndarray, float]:
+        part = s.parts[self.task.target]
         pulled = abs(part.qpos)  # how far the drawer is out (LIBERO's drawers are closed at joint position 0), m
-        spot = part.handle - (HANDLE_TO_INSIDE + pulled / 2) * part.open_dir
-        offset = s.eef_pos - s.center[i]
-        bottom = s.center[i, 2] - s.half[i, 2]
-        floor = part.lo[2] + DRAWER_FLOOR
-        return np.array([spot[0] + offset[0], spot[1] + offset[1], s.eef_pos[2] - (bottom - (floor + RELEASE_GAP))])
+        return (part.handle - (HANDLE_TO_INSIDE + pulled / 2) * part.open_dir)[:2], float(part.lo[2] + DRAWER_FLOOR)
 
-    def _carry_z(self, s: LiberoState) -> float:
-        part, i = s.parts[self.task.target], s.index[self.task.obj]
-        spot = self._place_point(s)[:2] - (s.eef_pos[:2] - s.center[i, :2])
-        gap = path_gap(s.center[:, :2], s.half[:, :2], s.center[i, :2], spot)
-        near = gap < float(np.max(s.half[i, :2])) + np.where(s.fixture, 0.0, PATH_MARGIN)
-        near[i] = False
-        tallest = max(float(np.max(s.center[near, 2] + s.half[near, 2], initial=-np.inf)), float(part.hi[2]))
-        return max(tallest, self._pick_bottom) + CLEARANCE + self._hang
+    def _carry_floor(self, s: LiberoState) -> float:
+        return max(self._pick_bottom, float(s.parts[self.task.target].hi[2]))  # above the drawer's top
 
     def _target(self, s: LiberoState) -> tuple[np.ndarray, float, float]:
         if self.PHASES[self.phase] != "clear":
