@@ -325,5 +325,5 @@ def backend_for(cfg: "CodaConfig") -> RoundBackend:
     return BACKENDS.get(cfg.sim.backend)(cfg)
 
 
-__all__ = ["BACKENDS", "Drawn", "EpisodeJob", "RoundBackend", "backend_for", "policy_success_fn", "round_env", "run_episode_job",
-           "valid_scenes"]
+__all__ = ["BACKENDS", "Drawn", "EpisodeJob", "RoundBackend", "backend_for", "policy_success_fn", "round_env",
+           "run_episode_job", "valid_scenes"]

@@ -437,6 +437,7 @@ class InDrawerExpert(PickPlaceExpert):
     part pulled out of the cabinet."""
 
     _clear: np.ndarray | None = None  # the slide-clear waypoint, fixed when the slide starts
+    heading: float | None = HEADING_Y  # the open drawer over the object is not a compartment: fingers along y
 
     PHASES: ClassVar[tuple[str, ...]] = ("above", "down", "close", "clear", "lift", "over", "lower", "open", "up",
                                          "done")
@@ -445,15 +446,10 @@ class InDrawerExpert(PickPlaceExpert):
 
     def reset(self) -> None:
         super().reset()
-        self._clear = None
+        self._clear, self.heading = None, HEADING_Y
 
     def _restart(self) -> None:
         self._clear = None
-
-    def act(self, s: LiberoState) -> np.ndarray:
-        if self.heading is None:  # the open drawer over the object is not a compartment: the fingers close along y
-            self.heading = HEADING_Y
-        return super().act(s)
 
     def _goal_spot(self, s: LiberoState) -> tuple[np.ndarray, float]:
         part = s.parts[self.task.target]
@@ -528,10 +524,8 @@ class DrawerPlaceExpert:
             if self.stage == "rise":
                 target = target + np.array([0.0, 0.0, HAND_RISE])
             if self.stage == "over":
-                placer = self._placer
-                placer.heading = HEADING_Y
-                target = np.array([*placer._grasp_point(s)[:2], part.hi[2] + HOVER])
-                orientation = placer._orientation()
+                target = np.array([*self._placer._grasp_point(s)[:2], part.hi[2] + HOVER])
+                orientation = self._placer._orientation()
             if float(np.linalg.norm(target - s.eef_pos)) < 3 * TOL or self._in_stage >= PHASE_LIMIT:
                 self.stage, self._in_stage = {"back": "rise", "rise": "over", "over": "place"}[self.stage], 0
         else:
