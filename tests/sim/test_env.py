@@ -22,7 +22,7 @@ def test_check_env_passes(specs):
 def test_observation_layout_and_text(scenes):
     env = TabletopEnv(scenes.pick_place(), SimConfig(max_entities=6))
     obs, info = env.reset(seed=0)
-    assert info == {"success": False, "steps": 0}
+    assert info == {"success": False, "goal": False, "steps": 0}
     assert obs["proprio"].shape == (PROPRIO_DIM,) and obs["proprio"].dtype == np.float32
     assert obs["objects"].shape == (6, ENTITY_DIM) and obs["objects"].dtype == np.float32
     assert obs["object_mask"].tolist() == [1, 1, 1, 0, 0, 0]
@@ -142,4 +142,54 @@ def test_sampler_draws_a_new_scene_per_seed():
     a2, _ = env.reset(seed=1)
     assert not np.array_equal(a["objects"], b["objects"])
     np.testing.assert_array_equal(a["objects"], a2["objects"])
+    env.close()
+
+
+def _run_expert_of(env: TabletopEnv, goal_spec, steps: int) -> list[dict]:
+    """Step `env` (reset to its own scene) with the expert of another goal; the infos of every step."""
+    ex = expert_for(goal_spec)
+    infos = []
+    for _ in range(steps):
+        _, _, term, trunc, info = env.step(ex.act(env.state())[0])
+        infos.append(info)
+        if term or trunc:
+            break
+    return infos
+
+
+def test_a_goal_passed_through_is_not_success(scenes):
+    # The task asks for the drawer half open; the gripper opens it all the way, passing 0.5 on the way.
+    half = scenes.drawer(0.0, 0.5)
+    env = TabletopEnv(half, SimConfig(max_steps=200))
+    env.reset_to(half)
+    infos = _run_expert_of(env, scenes.drawer(0.0, 1.0), 200)
+    passed = [i for i, info in enumerate(infos) if info["goal"]]
+    assert passed, "the drawer never passed the halfway band"
+    assert not any(info["success"] for info in infos)
+    assert not infos[-1]["goal"] and env.state().fraction[env.state().row("drawer0")] > 0.9
+    env.close()
+
+
+def test_success_ends_the_episode_once_the_goal_held_with_the_gripper_off(scenes):
+    spec = scenes.drawer(0.0, 0.5)
+    k = 7
+    env = TabletopEnv(spec, SimConfig(max_steps=300, success_hold_steps=k))
+    env.reset_to(spec)
+    infos = _run_expert_of(env, spec, 300)
+    assert infos[-1]["success"] and sum(info["success"] for info in infos) == 1
+    # the last k steps had the goal holding and nothing of it in the jaws; the step before them did not
+    s = env.state()
+    assert all(info["goal"] for info in infos[-k:])
+    assert "drawer0" not in s.finger_contacts[0] | s.finger_contacts[1]
+    assert len(infos) > k
+    env.close()
+
+
+def test_at_the_time_limit_success_is_the_goal_in_the_final_state(scenes):
+    spec = scenes.pick_place()
+    env = TabletopEnv(spec, SimConfig(max_steps=400, success_hold_steps=1000))  # the hold rule never ends it
+    env.reset_to(spec)
+    infos = _run_expert_of(env, spec, 400)
+    assert len(infos) == 400 and infos[-1]["goal"] and infos[-1]["success"]
+    assert not any(info["success"] for info in infos[:-1])
     env.close()

@@ -14,6 +14,7 @@ class SimConfig(Section):
     control_hz: float = Field(20.0, gt=0)  # policy/expert control frequency (Hz)
     physics_dt: float = Field(0.002, gt=0, le=0.01)  # MuJoCo timestep (s)
     max_steps: int = Field(200, ge=1)  # episode horizon in control steps
+    success_hold_steps: int = Field(10, ge=1, le=1000)  # control steps the goal must hold, nothing of it in the jaws, to end an episode in success
     render_size: int = Field(128, ge=16, le=1024)  # keyframe width and height (px)
     cameras: tuple[str, ...] = ("front", "wrist")  # cameras rendered for keyframes
     gl_backend: Literal["egl", "osmesa", "auto"] = "auto"  # headless OpenGL backend for rendering

@@ -8,9 +8,16 @@ one control period (1 / `SimConfig.control_hz`, 25 physics steps of 2 ms by defa
 Observation: see `coda.sim.tabletop.observation` (proprio, objects, object_mask, object_text,
 instruction).
 
-Reward: sparse, 1.0 on the step where the goal holds (`goal_satisfied`), else 0.0. `terminated` is True on
-that step; `truncated` is True when `SimConfig.max_steps` control steps have run (or the physics diverged,
-with `info["sim_error"]`). `info["success"]` is always present and is `goal_satisfied(state, spec)`.
+Success rule: an episode is solved when the goal holds at its end. It ends early, solved, once the goal
+(`goal_satisfied`) has held for `SimConfig.success_hold_steps` consecutive control steps with neither finger
+touching any entity the goal names (the gripper has let go); a goal the episode only passes through (a
+drawer opened past "halfway", an object pushed across its region) is not success. At the time limit the
+episode is solved if the goal holds in its final state.
+
+Reward: sparse, 1.0 on the step that ends the episode solved, else 0.0. `terminated` is True on that step;
+`truncated` is True when `SimConfig.max_steps` control steps have run (or the physics diverged, with
+`info["sim_error"]`). `info["success"]` is always present: True only on the step that ends the episode
+solved; `info["goal"]` is whether the goal holds in the current state (`goal_satisfied(state, spec)`).
 
 Determinism: the same spec and the same actions give bitwise identical physics (the seed only seeds
 `self.np_random`, used by an optional scene sampler).
@@ -36,7 +43,7 @@ from coda.sim.config import SimConfig  # noqa: E402
 from coda.sim.tabletop import geometry as G  # noqa: E402
 from coda.sim.tabletop.builder import BuiltScene, build_scene, finger_target  # noqa: E402
 from coda.sim.tabletop.observation import ObservationBuilder, observation_space  # noqa: E402
-from coda.sim.tabletop.predicates import TabletopState, goal_satisfied  # noqa: E402
+from coda.sim.tabletop.predicates import TabletopState, goal_satisfied, released  # noqa: E402
 from coda.sim.tabletop.reader import StateReader  # noqa: E402
 
 ACTION_LOW = np.array(G.ACTION_LOW, dtype=np.float32)
@@ -58,6 +65,7 @@ class SimSnapshot:
     physics: np.ndarray  # mj_getState(mjSTATE_INTEGRATION): time, qpos, qvel, act, ctrl, warm start, ...
     steps: int  # control steps taken in the episode
     grip_cmd: float  # last grip command
+    held: int = 0  # consecutive control steps the goal has held with the gripper off its entities
 
 
 class TabletopEnv(gym.Env):
@@ -96,6 +104,7 @@ class TabletopEnv(gym.Env):
         self._obs: ObservationBuilder | None = None
         self._renderers: dict[int, Any] = {}
         self._steps = 0
+        self._held = 0
         self._grip = 1.0
         self._state: TabletopState | None = None
 
@@ -170,8 +179,9 @@ class TabletopEnv(gym.Env):
             d.time = 0.0  # episode time starts once the scene has settled
         mujoco.mj_forward(m, d)
         self._steps = 0
+        self._held = 0
         s = self._read()
-        return self._obs_of(s), {"success": goal_satisfied(s, spec), "steps": 0}
+        return self._obs_of(s), {"success": False, "goal": goal_satisfied(s, spec), "steps": 0}
 
     def _load(self, spec: ScenarioSpec) -> None:
         if self._scene is not None and (spec is self._scene.spec or spec == self._scene.spec):
@@ -205,10 +215,13 @@ class TabletopEnv(gym.Env):
         mujoco.mj_kinematics(m, d)  # body poses for the new qpos (mj_step leaves them one substep behind)
         self._steps += 1
         s = self._state = self._reader.read(d, grip)  # type: ignore[union-attr]
-        success = goal_satisfied(s, scene.spec)
-        info: dict[str, Any] = {"success": success, "steps": self._steps}
+        goal = goal_satisfied(s, scene.spec)
+        self._held = self._held + 1 if goal and released(s, scene.spec) else 0
         truncated = self._steps >= self.config.max_steps
-        if d.warning[_BADQACC].number:
+        diverged = bool(d.warning[_BADQACC].number)
+        success = not diverged and (self._held >= self.config.success_hold_steps or (truncated and goal))
+        info: dict[str, Any] = {"success": success, "goal": goal, "steps": self._steps}
+        if diverged:
             info["sim_error"] = f"physics diverged (bad accelerations) at step {self._steps}"
             truncated = True
         return self._obs.build(s), (1.0 if success else 0.0), success, truncated, info  # type: ignore[union-attr]
@@ -240,7 +253,7 @@ class TabletopEnv(gym.Env):
         size = mujoco.mj_stateSize(scene.model, _STATE_SIG)
         buf = np.empty(size)
         mujoco.mj_getState(scene.model, self._data, buf, _STATE_SIG)
-        return SimSnapshot(spec=scene.spec, physics=buf, steps=self._steps, grip_cmd=self._grip)
+        return SimSnapshot(spec=scene.spec, physics=buf, steps=self._steps, grip_cmd=self._grip, held=self._held)
 
     def set_state(self, snapshot: SimSnapshot) -> dict[str, Any]:
         """Restore a snapshot (rebuilding the scene if it belongs to another spec); returns the observation."""
@@ -253,7 +266,7 @@ class TabletopEnv(gym.Env):
             raise EnvError(f"snapshot physics has shape {snapshot.physics.shape}, this scene needs ({size},)")
         mujoco.mj_setState(self._scene.model, self._data, snapshot.physics, _STATE_SIG)
         mujoco.mj_forward(self._scene.model, self._data)
-        self._steps, self._grip = snapshot.steps, snapshot.grip_cmd
+        self._steps, self._grip, self._held = snapshot.steps, snapshot.grip_cmd, snapshot.held
         return self._obs_of(self._read())
 
     # ---- rendering ------------------------------------------------------------------------------

@@ -254,6 +254,12 @@ def goal_satisfied(s: TabletopState, spec: ScenarioSpec) -> bool:
     return all(goal_holds(s, g) for g in spec.goal)
 
 
+def released(s: TabletopState, spec: ScenarioSpec) -> bool:
+    """Neither finger touches an entity the goal names (the gripper has let go of what the task moves)."""
+    left, right = s.finger_contacts
+    return not any(a in left or a in right for g in spec.goal for a in g.args)
+
+
 def goal_text(g: GoalPredicate) -> str:
     """A conjunct as text, e.g. "in(obj0, tray)" or "drawer_fraction(drawer0) = 0.8 +- 0.1"."""
     core = f"{g.name}({', '.join(g.args)})"
