@@ -42,6 +42,10 @@ if TYPE_CHECKING:
     from coda.sim.config import SimConfig
 
 
+WORDINGS_PER_SCENE = 4  # train-tier paraphrases stored with each demonstration
+GOAL_ROLES = 2  # roles a goal names: what is moved, where it goes (coda.policy.networks.ROLES)
+
+
 class RoundBackend:
     """The tabletop backend; other backends subclass it and override what differs."""
 
@@ -127,9 +131,25 @@ class RoundBackend:
                 return np.asarray(self.phis(env, spec, states), np.float32)
 
             return collect_demos(env, list(specs), lambda s: self.expert(s, env), out_dir, progress=True,
-                                 potential_fn=phi)
+                                 potential_fn=phi, wordings_fn=self.wordings,
+                                 goal_fn=self.goal_labels)
         finally:
             env.close()
+
+    def wordings(self, spec: Any) -> tuple[str, ...]:
+        """Other instructions for a scene's goal that training may show in place of its own (`train` tier)."""
+        from coda.scene.language import wordings
+
+        return wordings(spec, WORDINGS_PER_SCENE)
+
+    def goal_labels(self, spec: Any) -> tuple[tuple[int, ...], float]:
+        """What the scene's goal is, for supervising grounding: the observation rows of the entities its first
+        conjunct names in role order (moved, destination; -1 for a role it does not have) and its number (a
+        drawer's opening fraction; NaN for none)."""
+        rows = {e.name: i for i, e in enumerate((*spec.objects, *spec.containers, *spec.drawers, *spec.regions))}
+        g = spec.goal[0]
+        args = [rows[a] for a in g.args][:GOAL_ROLES]
+        return tuple(args + [-1] * (GOAL_ROLES - len(args))), float("nan") if g.value is None else float(g.value)
 
     def phis(self, env: Any, spec: Any, states: Sequence[Any], program: dict[str, Any] | None = None,
              accepted: set[str] = frozenset()) -> list[float]:
@@ -252,7 +272,9 @@ def run_episode_job(backend: RoundBackend, env: Any, job: EpisodeJob, accepted: 
     else:
         raise ValueError(f"episode job kind = {job.kind!r}; expected 'expert', 'corrective' or 'replay'")
     phis = backend.phis(env, job.spec, states, job.program, accepted)
-    return dataclasses.replace(ep, potentials=np.asarray(phis, np.float32))
+    rows, value = backend.goal_labels(job.spec)
+    return dataclasses.replace(ep, potentials=np.asarray(phis, np.float32), wordings=backend.wordings(job.spec),
+                               goal_rows=rows, goal_value=value)
 
 
 @dataclass

@@ -14,7 +14,10 @@ no schema. The JSON index lists episodes and their flags without opening a shard
 Row columns: `episode` int64, `step` int32, `proprio` list<f32> (P), `objects` list<f32> (M*F, row-major),
 `object_mask` list<i8> (M), `object_text` list<str> (M), `instruction` str, `action` list<f32> (A; null on
 the last row, which holds the final observation), `reward` f32 (null on the last row), `potential` f32
-(NaN if none), `label_chunk` list<f32> (K*A expert label chunk, null if the row is unlabelled).
+(NaN if none), `label_chunk` list<f32> (K*A expert label chunk, null if the row is unlabelled). An episode's index record may
+list `wordings`: other instructions with the same meaning, which training can put in place of the recorded one,
+and `goal_rows` / `goal_value`: the entity rows the goal names (what is moved, where it goes) and its number
+(a drawer's opening fraction), which training can use to supervise the policy's grounding.
 
 A demonstration's BC targets are its own next actions. A corrective episode (flag `corrective`) is a
 failed trajectory of another policy whose rows carry the expert's label chunk at that state; its BC targets
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +81,9 @@ class Episode:
     spec_id: str = ""
     family: str = ""
     split: str = ""
+    wordings: tuple[str, ...] = ()  # other instructions for the same goal (training may swap them in)
+    goal_rows: tuple[int, ...] = ()  # entity rows the goal names, in role order (moved, destination); -1 = none
+    goal_value: float = float("nan")  # the goal's number (a drawer's opening fraction), NaN when it has none
 
     def __post_init__(self) -> None:
         self.actions = np.asarray(self.actions, dtype=np.float32).reshape(len(self.actions), -1)
@@ -165,7 +172,9 @@ class DemoWriter:
                     "id": ep_id, "shard": name, "length": ep.length, "success": bool(ep.success),
                     "terminated": bool(ep.terminated), "corrective": bool(ep.corrective),
                     "has_potentials": ep.potentials is not None, "spec_id": ep.spec_id,
-                    "family": ep.family, "split": ep.split,
+                    "family": ep.family, "split": ep.split, "wordings": list(ep.wordings),
+                    "goal_rows": [int(r) for r in ep.goal_rows],
+                    "goal_value": None if math.isnan(ep.goal_value) else float(ep.goal_value),
                 }
             )
         self._buffer = []
@@ -312,6 +321,9 @@ def _rows_to_episode(cols: dict[str, list[Any]], rows: list[int], rec: dict[str,
         spec_id=rec.get("spec_id", ""),
         family=rec.get("family", ""),
         split=rec.get("split", ""),
+        wordings=tuple(str(w) for w in rec.get("wordings", ())),
+        goal_rows=tuple(int(r) for r in rec.get("goal_rows", ())),
+        goal_value=float("nan") if rec.get("goal_value") is None else float(rec["goal_value"]),
     )
 
 
@@ -471,6 +483,8 @@ def collect_demos(
     keep_failures: bool = False,
     max_steps: int | None = None,
     potential_fn: Callable[[Any, Sequence[Any]], np.ndarray] | None = None,
+    wordings_fn: Callable[[Any], Sequence[str]] | None = None,
+    goal_fn: Callable[[Any], tuple[Sequence[int], float]] | None = None,
     append: bool = False,
     progress: bool = False,
 ) -> CollectReport:
@@ -485,6 +499,8 @@ def collect_demos(
         max_steps: cap on steps per episode (default: the env's own time limit).
         potential_fn: optional (spec, states) -> (T+1,) potentials stored with the episode, where `states`
             are the T + 1 privileged states the expert's episode passed through (no replay needed).
+        wordings_fn: optional spec -> other instructions for the same goal, stored with the episode.
+        goal_fn: optional spec -> (entity rows its goal names, goal value), stored with the episode.
         append: add to an existing dataset.
         progress: show a progress bar.
     Returns:
@@ -506,6 +522,11 @@ def collect_demos(
             if ep.success or keep_failures:
                 if potential_fn is not None:
                     ep = dataclasses.replace(ep, potentials=np.asarray(potential_fn(spec, states), np.float32))
+                if wordings_fn is not None:
+                    ep = dataclasses.replace(ep, wordings=tuple(wordings_fn(spec)))
+                if goal_fn is not None:
+                    rows, value = goal_fn(spec)
+                    ep = dataclasses.replace(ep, goal_rows=tuple(int(r) for r in rows), goal_value=float(value))
                 writer.add(ep)
                 report.written += 1
                 report.steps += ep.length

@@ -2,7 +2,8 @@
 
 The env contract (see `coda.sim.tabletop`): an observation is a mapping with
 
-- "proprio"      float32 (P,)   gripper position x, y, z (0:3), sin yaw (3), cos yaw (4), then the rest;
+- "proprio"      float32 (P,)   gripper position x, y, z (0:3), sin yaw (3), cos yaw (4), finger gap (5),
+                                last grip command (6), gripper velocity (7:10), then the rest;
 - "objects"      float32 (M, F) one zero-padded row per entity, its position x, y, z first (0:3);
 - "object_mask"  int8 (M,)      1 for a real entity, 0 for padding;
 - "object_text"  M strings      an entity's description in words ("" for padding);
@@ -31,6 +32,7 @@ from coda.policy.text import TextEmbedder
 ACTION_DIM = 5  # x, y, z, yaw, grip
 PROPRIO_POS = slice(0, 3)  # gripper position in proprio
 PROPRIO_YAW_SIN, PROPRIO_YAW_COS = 3, 4  # gripper yaw as (sin, cos) in proprio
+PROPRIO_MOTION = slice(6, 10)  # last grip command and gripper velocity: the policy's own recent motion
 OBJECT_POS = slice(0, 3)  # entity position in an object row
 OBS_KEYS = ("proprio", "objects", "object_mask", "object_text", "instruction")
 INPUT_STD_FLOOR = 1e-2  # constant input columns must not blow up when they vary out of distribution
@@ -39,13 +41,17 @@ INPUT_CLIP = 10.0  # normalised inputs are clipped to +-this (out-of-distributio
 
 
 class ObsBatch(NamedTuple):
-    """A batch of observations in raw units with text already embedded."""
+    """A batch of observations in raw units with text already embedded (sentences and word pieces)."""
 
     proprio: Tensor  # (B, P)
     objects: Tensor  # (B, M, F)
     object_mask: Tensor  # (B, M) bool, True = real entity
     object_emb: Tensor  # (B, M, E) description embeddings (zeros for padding)
     instruction_emb: Tensor  # (B, E)
+    object_tokens: Tensor  # (B, M, J, E) word-piece embeddings of each description (zeros past its length)
+    object_token_mask: Tensor  # (B, M, J) bool, True = a real word piece
+    instruction_tokens: Tensor  # (B, L, E) word-piece embeddings of the instruction
+    instruction_token_mask: Tensor  # (B, L) bool
 
     def index(self, idx: Tensor) -> "ObsBatch":
         """Rows `idx` of every field."""
@@ -125,13 +131,30 @@ def obs_to_batch(observations: Sequence[Mapping[str, Any]], text: TextEmbedder) 
         obj_text[i * m_max : i * m_max + m] = [t if k else "" for t, k in zip(tx[:m], mk[:m])]
     emb = text.encode(obj_text).reshape(b, m_max, -1)
     instr = text.encode([p[4] for p in parts])
+    obj_tok, obj_tok_mask = pad_tokens(text.encode_tokens(obj_text), text.dim)
+    ins_tok, ins_tok_mask = pad_tokens(text.encode_tokens([p[4] for p in parts]), text.dim)
     return ObsBatch(
         torch.from_numpy(proprio),
         torch.from_numpy(objects),
         torch.from_numpy(mask),
         torch.from_numpy(emb),
         torch.from_numpy(instr),
+        torch.from_numpy(obj_tok).view(b, m_max, *obj_tok.shape[1:]),
+        torch.from_numpy(obj_tok_mask).view(b, m_max, -1),
+        torch.from_numpy(ins_tok),
+        torch.from_numpy(ins_tok_mask),
     )
+
+
+def pad_tokens(tokens: Sequence[np.ndarray], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-text token arrays (L_i, E) -> zero-padded (N, L, E) and mask (N, L), L = max(1, max L_i)."""
+    length = max([1, *(len(t) for t in tokens)])
+    out = np.zeros((len(tokens), length, dim), np.float32)
+    mask = np.zeros((len(tokens), length), bool)
+    for i, t in enumerate(tokens):
+        out[i, : len(t)] = t
+        mask[i, : len(t)] = True
+    return out, mask
 
 
 # ---- relative action chunks -----------------------------------------------------------------------

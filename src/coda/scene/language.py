@@ -341,3 +341,23 @@ def paraphrase(
         if text != spec.instruction:
             break
     return text
+
+
+def wordings(spec: ScenarioSpec, n: int, tier: Tier = "train") -> tuple[str, ...]:
+    """Up to `n` distinct paraphrases of the scene's goal in a vocabulary tier, none equal to its instruction.
+
+    Seeded by the scene's id, so the same scene always gets the same wordings. Training uses them to show
+    a demonstration with other words for the same goal (`coda.policy.samples`); the held-out tier is for
+    evaluation only and never given here by the engine.
+    """
+    import hashlib
+
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(str(spec.spec_id).encode()).digest()[:8], "little"))
+    out: list[str] = []
+    for _ in range(4 * n):
+        if len(out) >= n:
+            break
+        text = paraphrase(spec, rng, tier)
+        if text != spec.instruction and text not in out:
+            out.append(text)
+    return tuple(out)

@@ -298,6 +298,14 @@ class LiberoBackend(RoundBackend):
 
         return valid_scenes(self, libero_stream({**body, "seed": seed}), n, 3 * n + 5).valid
 
+    def wordings(self, spec: Any) -> tuple[str, ...]:
+        """None: a LIBERO task's instruction is its BDDL `(:language)` and is not paraphrased in training."""
+        return ()
+
+    def goal_labels(self, spec: Any) -> tuple[tuple[int, ...], float]:
+        """None: grounding is not supervised on LIBERO (its goals are BDDL predicates over fixtures and regions)."""
+        return (), float("nan")
+
     def make_env(self) -> LiberoRoundEnv:
         return LiberoRoundEnv(self.cfg.sim)
 
