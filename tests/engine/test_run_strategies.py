@@ -72,8 +72,21 @@ def test_strategy_round_commits_every_phase_trains_and_measures(runs: dict[str, 
             assert len(mem.list("verdict", run_id=rid)) == len(diagnosed)
         else:
             assert diagnosed == []
+        # seconds per phase: from the start of its work to its commit (training is inside its phase)
+        seconds = mem.phase_seconds(rid)
+        assert set(seconds) == set(mem.completed_phases(rid)) and all(v >= 0 for v in seconds.values())
+        assert seconds[(1, "train")] > 0 and seconds[(1, "measure")] > 0
     assert (path / "checkpoints" / "round_001.pt").is_file()
     assert (path / "report.html").is_file() == (strategy == "coda")
+
+
+def test_phase_seconds_run_from_the_start_of_the_phase_s_work_to_its_commit() -> None:
+    path = E.round0()
+    with E.open_run(path) as mem:
+        seconds = mem.phase_seconds(path.name)
+        assert [k for k in seconds] == [(0, p) for p in ("scenes", "demos", "train", "measure")]
+        (sft,) = mem.list("checkpoint", run_id=path.name)
+        assert seconds[(0, "train")] >= sft.metrics["wall_s"] > 0  # the training ran inside the train phase
 
 
 @pytest.mark.parametrize("strategy", E.ROUND_STRATEGIES)
@@ -180,7 +193,8 @@ def test_critic_round_trains_on_its_probe_rollouts(tmp_path: Path, setting: str)
         evals = [e for e in mem.list("episode", run_id=rid, round_idx=1) if e.phase == "measure"]
         assert len(evals) == len(SPLITS) * cfg.bench.eval_scenes_per_split
     policy = load_policy(path / "checkpoints" / "round_001.pt")
-    assert policy.cfg.train_critic and int(policy.critic_updates) == cfg.policy.finetune_steps
+    warmup = cfg.policy.critic_warmup if cfg.engine.improvement == "awr" else 0  # critic-only steps come first
+    assert policy.cfg.train_critic and int(policy.critic_updates) == cfg.policy.finetune_steps + warmup
     assert policy.cfg.improvement == cfg.engine.improvement
     assert policy.cfg.value_guided_samples == cfg.engine.value_guided_samples
     sft = load_policy(path / "checkpoints" / "round_000.pt")

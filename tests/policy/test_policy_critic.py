@@ -140,3 +140,18 @@ def test_value_guided_selection_executes_the_highest_q_candidate(chain_plain, tm
     # on chunks with known values the critic ranks the way the analytic values do
     right, left = chain_chunk(4, (1, 1)), chain_chunk(4, (-1, -1))
     assert policy.value(chain_obs(4), right) > policy.value(chain_obs(4), left) + 0.2
+
+
+def test_awr_weights_are_normalised_over_the_batch_and_report_their_spread() -> None:
+    from coda.policy.targets import awr_weights
+
+    adv = torch.tensor([0.0, 0.0, 0.0, 0.0])
+    w, m = awr_weights(adv, beta=1.0, max_weight=20.0)
+    assert torch.allclose(w, torch.ones(4)) and m["awr_ess"] == pytest.approx(1.0) and m["awr_clip_frac"] == 0.0
+    # the same ranking at any reward scale: weights depend on the advantages' spread, not their units
+    adv = torch.tensor([-1.0, 0.0, 0.5, 3.0])
+    w1, _ = awr_weights(adv, 1.0, 20.0)
+    w2, _ = awr_weights(adv * 1e-2, 1.0, 20.0)
+    assert torch.allclose(w1, w2, atol=1e-3) and torch.all(w1[1:] >= w1[:-1])
+    w, m = awr_weights(torch.tensor([0.0] * 7 + [10.0]), beta=0.1, max_weight=5.0)
+    assert float(w.max()) == 5.0 and m["awr_clip_frac"] == pytest.approx(1 / 8) and m["awr_ess"] < 0.5

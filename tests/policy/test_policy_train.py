@@ -82,12 +82,15 @@ def test_nan_stops_training_and_keeps_last_good_checkpoint(tmp_path: Path, hashi
 
 def test_metrics_jsonl_and_determinism(tmp_path: Path, hashing) -> None:
     data = ChunkDataset(expert_episodes(make_specs(6, seed=12)), hashing, chunk_len=4)
-    cfg = tiny_cfg(train_critic=True, improvement="awr", log_every=2)
+    cfg = tiny_cfg(train_critic=True, improvement="awr", log_every=2, critic_warmup=4)
     a = build_policy(cfg, data, hashing)
     result = train_policy(a, data, steps=6, metrics_path=tmp_path / "m.jsonl")
     lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
-    assert [x["step"] for x in lines] == [2, 4, 6]
-    assert {"loss", "bc", "q_loss", "v_loss", "awr_weight_mean", "lr", "samples_per_s"} <= lines[0].keys()
+    # the critic is warmed first (critic-only steps), then the actor reads its advantages
+    assert [x.get("warmup_step") for x in lines[:2]] == [2, 4] and {"q_loss", "v_loss"} <= lines[0].keys()
+    assert [x["step"] for x in lines[2:]] == [2, 4, 6]
+    assert {"loss", "bc", "q_loss", "v_loss", "awr_ess", "awr_clip_frac", "lr", "samples_per_s"} <= lines[2].keys()
+    assert 0 < lines[2]["awr_ess"] <= 1 and 0 <= lines[2]["awr_clip_frac"] <= 1
     assert result.steps == 6 and result.samples_per_s > 0
     b = build_policy(cfg, data, hashing)
     train_policy(b, data, steps=6)

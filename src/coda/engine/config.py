@@ -29,7 +29,9 @@ class EngineConfig(Section):
     min_progress: float = Field(0.05, ge=0, le=1)  # success gain a round needs to count as progress
     max_level: int = Field(3, ge=0, le=6)  # widest variation level of a generation program
     expert_weight: float = Field(1.0, ge=0)  # data weight of expert demos in generated scenes
-    corrective_weight: float = Field(0.0, ge=0)  # data weight of corrective demos from failure states (0: none are labelled)
+    corrective_weight: float = Field(1.0, ge=0)  # data weight of corrective demos from failure states (0: none are labelled)
     replay_weight: float = Field(1.0, ge=0)  # data weight of the SFT demos replayed against forgetting
+    retrain: bool = False  # a round trains a fresh policy on every demo so far (policy.train_steps) instead of fine-tuning
+    finetune_lr_scale: float = Field(1.0, gt=0, le=1)  # a round fine-tunes at this times policy.lr (smaller steps forget less)
     improvement: Literal["bc", "awr"] = "awr"  # rounds' actor loss: advantage-weighted by the chunk critic (shaping reaches the actor), or plain behaviour cloning
     value_guided_samples: int = Field(0, ge=0)  # >0: round checkpoints pick the best of this many sampled chunks by Q

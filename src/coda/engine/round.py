@@ -307,10 +307,8 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     """
     from coda.memory import Checkpoint, TrainingProgram
     from coda.memory.artifacts import sha256_file
-    from coda.policy.checkpoint import load_policy
     from coda.engine.backend import EpisodeJob
     from coda.policy.data import DemoWriter
-    from coda.policy.train import load_chunk_dataset, train_policy
 
     mem, backend = ctx.memory, ctx.backend
     ckpt = ctx.path("checkpoints", f"round_{r:03d}.pt")
@@ -346,34 +344,33 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     tmp.rename(final)
     import torch
 
+    from coda.engine.training import finetune, source_weights
+
     torch.manual_seed(ctx.seed_for("train", r))  # a fresh critic head starts the same on a resumed run
-    pcfg = ctx.cfg.policy
-    overrides: dict[str, Any] = {"train_critic": True, "improvement": "awr"} if ctx.cfg.engine.improvement == "awr" else {}
-    if value_guided:
-        overrides |= {"train_critic": True, "value_guided_samples": value_guided}
-    policy = load_policy(prev_checkpoint, overrides=overrides or None)
-    ecfg = ctx.cfg.engine
-    weights = {"replay": ecfg.replay_weight, "expert": ecfg.expert_weight, "corrective": ecfg.corrective_weight}
-
-    def source_of(i: int, ep: Any) -> str:  # unlabelled rollouts give critic samples only, whatever their source
-        return "corrective" if ep.corrective else ("replay" if i == 0 else "expert")
-
-    data = load_chunk_dataset([*demo_dirs, final], policy.cfg, policy.text, shaping_weight=shaping_weight,
-                              source_of=source_of, source_weights=weights)
-    result = train_policy(policy, data, steps=pcfg.finetune_steps, checkpoint=ckpt, progress=True,
-                          metrics_path=ctx.path("metrics", f"train_round_{r:03d}.jsonl"))
+    weights = source_weights(ctx.cfg)
+    result, bc_samples = finetune(prev_checkpoint, demo_dirs, final, ctx.cfg, ckpt, shaping_weight=shaping_weight,
+                                  metrics_path=ctx.path("metrics", f"train_round_{r:03d}.jsonl"), progress=True)
     digest, _ = sha256_file(ckpt)
     with ctx.commit(r, "train") as tx:
         tx.add(TrainingProgram(key=f"round_{r}", body={
             "kind": "round_training", "demos": ctx.rel(final), "expert_demos": n_demo, "corrective": len(corrective),
             "rollouts": len(probes) if critic else 0, "mode_programs": sorted(f"train:{k}" for k in mode_tp), "shaping_weight": shaping_weight,
-            "steps": pcfg.finetune_steps, "datasets": [ctx.rel(d) for d in demo_dirs] + [ctx.rel(final)],
-            "source_weights": weights, "bc_samples": {k: data.bc_source.count(k) for k in weights},
-            "weights": {k: b["weights"] for k, b in sorted(mode_tp.items())}}))
+            "steps": result.steps, "datasets": [ctx.rel(d) for d in demo_dirs] + [ctx.rel(final)],
+            "source_weights": weights, "bc_samples": bc_samples,
+            "weights": {k: b["weights"] for k, b in sorted(mode_tp.items())}, "awr": awr_summary(result.history)}))
         tx.add(Checkpoint(path=ctx.rel(ckpt), sha256=digest,
                           metrics={"final_loss": float(result.metrics.get("loss", float("nan"))),
                                    "samples_per_s": result.samples_per_s}))
     return ckpt
+
+
+def awr_summary(history: Sequence[dict[str, float]]) -> dict[str, float] | None:
+    """Mean share of samples at the AWR weight clip and mean effective sample size over a training run's
+    logged steps (None when the run did not weight by advantages)."""
+    lines = [h for h in history if "awr_ess" in h]
+    if not lines:
+        return None
+    return {k: float(np.mean([h[k] for h in lines])) for k in ("awr_clip_frac", "awr_ess")}
 
 
 def _accepted_potentials(ctx: RunContext, r: int) -> set[str]:

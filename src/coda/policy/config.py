@@ -3,7 +3,7 @@
 The defaults are the size the SFT benchmark (`bench/sft.py`) reports: a 2-layer, 64-wide set transformer
 trained 1500 steps of 128 samples at lr 1e-3 fits the narrow `sft` splits and trains in minutes per family
 on two CPU cores. Presets (`tiny`, `quick`, `full`) may override them. Fields that change the
-network's shape (`chunk_len`, `hidden`, `layers`, `heads`, `text_model`) form the architecture signature
+network's shape (`chunk_len`, `hidden`, `layers`, `heads`, `grounding`, `text_model`) form the architecture signature
 stored in checkpoints; the others only change training or inference.
 """
 
@@ -29,6 +29,11 @@ class PolicyConfig(Section):
     layers: int = Field(2, ge=1)  # transformer layers
     heads: int = Field(4, ge=1)  # attention heads
     text_model: Literal["minilm", "hashing"] = "minilm"  # sentence embedder (hashing = offline test stand-in)
+    grounding: Literal["tokens", "sentence"] = "tokens"  # entity <- instruction: word-piece cross-attention, or the raw sentence cosine
+    token_dropout: float = Field(0.15, ge=0, lt=1)  # share of instruction word pieces hidden from the grounding in training
+    read_motion: bool = False  # read the last grip command and gripper velocity (off: BC cannot copy its own motion)
+    grounding_weight: float = Field(0.1, ge=0)  # weight of the grounding losses: role pointers vs the goal's entities, goal value (demos record both)
+    paraphrase_rate: float = Field(0.5, ge=0, le=1)  # share of BC samples trained with another stored wording of their instruction
     lr: float = Field(1e-3, gt=0)  # AdamW learning rate
     lr_decay: bool = True  # cosine-decay the learning rate to 10% over each training run
     weight_decay: float = Field(1e-4, ge=0)  # AdamW weight decay
@@ -42,7 +47,8 @@ class PolicyConfig(Section):
     train_critic: bool = False  # learn Q(s, chunk) and V(s) alongside the actor
     expectile: float = Field(0.7, gt=0, lt=1)  # V(s) regresses this expectile of Q(s, a) (0.5 = mean)
     polyak: float = Field(0.005, gt=0, le=1)  # target-network update rate per step
-    awr_beta: float = Field(0.1, gt=0)  # AWR temperature: weight = exp(advantage / beta)
+    awr_beta: float = Field(2.0, gt=0)  # AWR temperature: weight = exp(batch-normalised advantage / beta); 2 keeps ~0.8 of a batch effective
+    critic_warmup: int = Field(300, ge=0)  # critic-only steps on a run's data before AWR reads its advantages
     awr_max_weight: float = Field(20.0, gt=0)  # AWR weights are clipped to this
     value_guided_samples: int = Field(0, ge=0)  # candidates sampled for value-guided selection (0 = off)
     sample_temperature: float = Field(1.0, gt=0)  # std scale when sampling candidate chunks

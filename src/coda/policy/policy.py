@@ -5,8 +5,9 @@ queue refilled by `predict_chunk` (or ACT-style temporal ensembling), `reset()`,
 
 Training losses:
 - behaviour cloning of the mean chunk (L1 or MSE on normalised relative actions); with
-  `improvement = "awr"` each sample is weighted by exp(A / beta), clipped, where A = Q(s, a) - V(s) comes
-  from the target critic (advantage-weighted regression);
+  `improvement = "awr"` each sample is weighted by exp(A / beta) with A = Q(s, a) - V(s) from the target
+  critic, normalised over the batch (`coda.policy.targets.awr_weights`; advantage-weighted regression),
+  once the critic has been warmed on the run's data (`critic_warmup` critic-only steps, `train_policy`);
 - the log-std head by Gaussian NLL around the detached mean, so sampling candidates never changes the
   mean that BC fits;
 - with `train_critic`, twin Q(s, a_{t:t+h}) regress n-step chunk targets with optional potential shaping
@@ -37,24 +38,55 @@ from coda.policy.samples import CriticBatch, TrainBatch
 from coda.policy.targets import awr_weights, chunk_targets, expectile_loss
 from coda.policy.text import TextEmbedder, text_encoder_for
 
-ARCH_VERSION = 1
+GOAL_VALUE_SCALE = 10.0  # a fraction's squared error is far smaller than a cross-entropy: bring it to that order
+ARCH_VERSION = 2  # 2: word-piece grounding (TokenGrounding)
+
+
+def _pad_dim(x: Tensor, dim: int, size: int) -> Tensor:
+    extra = size - x.shape[dim]
+    if extra == 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = extra
+    return torch.cat([x, x.new_zeros(shape)], dim=dim)
 
 
 def _cat_obs(a: ObsBatch, b: ObsBatch) -> ObsBatch:
-    """Concatenate two observation batches along B, padding entity slots to the larger M."""
+    """Concatenate two observation batches along B, padding entity slots (M) and token slots (J, L)."""
     m = max(a.objects.shape[1], b.objects.shape[1])
+    j = max(a.object_tokens.shape[2], b.object_tokens.shape[2])
+    n = max(a.instruction_tokens.shape[1], b.instruction_tokens.shape[1])
 
-    def pad(x: Tensor) -> Tensor:
-        extra = m - x.shape[1]
-        return x if extra == 0 else torch.cat([x, x.new_zeros((x.shape[0], extra, *x.shape[2:]))], dim=1)
+    def pad(x: Tensor, *sizes: tuple[int, int]) -> Tensor:
+        for dim, size in sizes:
+            x = _pad_dim(x, dim, size)
+        return x
 
     return ObsBatch(
         torch.cat([a.proprio, b.proprio]),
-        torch.cat([pad(a.objects), pad(b.objects)]),
-        torch.cat([pad(a.object_mask), pad(b.object_mask)]),
-        torch.cat([pad(a.object_emb), pad(b.object_emb)]),
+        torch.cat([pad(a.objects, (1, m)), pad(b.objects, (1, m))]),
+        torch.cat([pad(a.object_mask, (1, m)), pad(b.object_mask, (1, m))]),
+        torch.cat([pad(a.object_emb, (1, m)), pad(b.object_emb, (1, m))]),
         torch.cat([a.instruction_emb, b.instruction_emb]),
+        torch.cat([pad(a.object_tokens, (1, m), (2, j)), pad(b.object_tokens, (1, m), (2, j))]),
+        torch.cat([pad(a.object_token_mask, (1, m), (2, j)), pad(b.object_token_mask, (1, m), (2, j))]),
+        torch.cat([pad(a.instruction_tokens, (1, n)), pad(b.instruction_tokens, (1, n))]),
+        torch.cat([pad(a.instruction_token_mask, (1, n)), pad(b.instruction_token_mask, (1, n))]),
     )
+
+
+def pointer_loss(logits: Tensor, goal_rows: Tensor) -> tuple[Tensor | None, float]:
+    """Cross-entropy of the role pointers (B, M, R) against the goal's entity rows (B, R'), over the roles
+    a sample's goal has (row >= 0 and a real entity); (None, nan) when no sample has one."""
+    r = min(logits.shape[2], goal_rows.shape[1])
+    lg = logits[:, :, :r].transpose(1, 2).reshape(-1, logits.shape[1])  # (B * r, M)
+    tgt = goal_rows[:, :r].reshape(-1)
+    ok = (tgt >= 0) & (tgt < lg.shape[1])
+    ok &= torch.isfinite(lg.gather(1, tgt.clamp(0, lg.shape[1] - 1).unsqueeze(1)).squeeze(1))
+    if not bool(ok.any()):
+        return None, float("nan")
+    lg, tgt = lg[ok], tgt[ok]
+    return F.cross_entropy(lg, tgt), float((lg.argmax(1) == tgt).float().mean())
 
 
 class ChunkPolicy(nn.Module):
@@ -76,9 +108,9 @@ class ChunkPolicy(nn.Module):
             raise PolicyUsageError(f"text embedder '{self.text.model_id}' has dim {self.text.dim}, dims.text = {dims.text}")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)  # same seed + config -> same initial weights, global RNG untouched
-            self.encoder = ObsEncoder(dims, cfg.hidden, cfg.layers, cfg.heads)
+            self.encoder = ObsEncoder(dims, cfg.hidden, cfg.layers, cfg.heads, cfg.grounding, cfg.read_motion)
             self.actor = ChunkActorHead(cfg.hidden, cfg.chunk_len, dims.action)
-            self.critic = ChunkCriticNet(dims, cfg.hidden, cfg.layers, cfg.heads, cfg.chunk_len)
+            self.critic = ChunkCriticNet(dims, cfg.hidden, cfg.layers, cfg.heads, cfg.chunk_len, cfg.grounding)
         self.critic_target = copy.deepcopy(self.critic)
         self.critic_target.requires_grad_(False)
         for k, v in stats.to_dict().items():
@@ -107,6 +139,7 @@ class ChunkPolicy(nn.Module):
             "hidden": self.cfg.hidden,
             "layers": self.cfg.layers,
             "heads": self.cfg.heads,
+            "grounding": self.cfg.grounding,
             "text_model_id": self.text.model_id,
             **self.dims.as_dict(),
         }
@@ -122,7 +155,8 @@ class ChunkPolicy(nn.Module):
         cfg, stats = self.cfg, self.stats
         bc = batch.bc
         target = stats.normalize_actions(bc.chunk)  # (B, H, A)
-        mean, log_std = self.actor(self.encoder(bc.obs, stats))
+        enc = self.encoder.encode(bc.obs, stats)
+        mean, log_std = self.actor(enc.z)
         err = mean - target
         per_sample = err.abs().mean((1, 2)) if cfg.bc_loss == "l1" else err.pow(2).mean((1, 2))  # (B,)
         metrics: dict[str, float] = {}
@@ -130,15 +164,26 @@ class ChunkPolicy(nn.Module):
             with torch.no_grad():
                 z = self.critic_target.encode(bc.obs, stats)
                 adv = torch.minimum(*self.critic_target.q_from(z, target)) - self.critic_target.v_from(z)
-                w = awr_weights(adv, cfg.awr_beta, cfg.awr_max_weight)
+                w, wm = awr_weights(adv, cfg.awr_beta, cfg.awr_max_weight)
             actor_loss = (w * per_sample).mean()
-            metrics |= {"adv_mean": float(adv.mean()), "awr_weight_mean": float(w.mean()), "awr_weight_max": float(w.max())}
+            metrics |= {"adv_mean": float(adv.mean()), "awr_weight_max": float(w.max()), **wm}
         else:
             actor_loss = per_sample.mean()
         # Gaussian NLL (constant dropped) around the detached mean trains the spread only
         nll = (0.5 * ((target - mean.detach()) * torch.exp(-log_std)).pow(2) + log_std).mean()
         loss = actor_loss + nll
         metrics |= {"bc": float(per_sample.mean().detach()), "actor": float(actor_loss.detach()), "std_nll": float(nll.detach())}
+        if enc.pointer is not None and bc.goal_rows is not None and cfg.grounding_weight > 0:
+            g_loss, g_acc = pointer_loss(enc.pointer, bc.goal_rows)
+            if g_loss is not None:
+                loss = loss + cfg.grounding_weight * g_loss
+                metrics |= {"grounding": float(g_loss.detach()), "grounding_acc": g_acc}
+        if enc.goal_value is not None and bc.goal_value is not None and cfg.grounding_weight > 0:
+            has = torch.isfinite(bc.goal_value)
+            if bool(has.any()):
+                v_loss = F.mse_loss(enc.goal_value[has], bc.goal_value[has])
+                loss = loss + cfg.grounding_weight * GOAL_VALUE_SCALE * v_loss
+                metrics["goal_value"] = float(v_loss.detach())
         if cfg.train_critic:
             if batch.critic is None:
                 raise PolicyUsageError("train_critic = true but the batch has no critic samples")
@@ -147,6 +192,11 @@ class ChunkPolicy(nn.Module):
             metrics |= cm
         metrics["loss"] = float(loss.detach())
         return loss, metrics
+
+    def critic_loss(self, cb: CriticBatch) -> tuple[Tensor, dict[str, float]]:
+        """The chunk critic's losses alone (Q to its shaped n-step targets, V to an expectile of Q)."""
+        q_loss, v_loss, metrics = self._critic_loss(cb)
+        return q_loss + v_loss, metrics
 
     def _critic_loss(self, cb: CriticBatch) -> tuple[Tensor, Tensor, dict[str, float]]:
         stats, tgt = self.stats, self.critic_target

@@ -77,6 +77,23 @@ def expectile_loss(diff: Tensor, tau: float) -> Tensor:
     return (weight * diff.pow(2)).mean()
 
 
-def awr_weights(advantage: Tensor, beta: float, max_weight: float) -> Tensor:
-    """exp(A / beta) clipped to `max_weight` (no gradient)."""
-    return torch.exp(advantage.detach() / beta).clamp(max=max_weight)
+def awr_weights(advantage: Tensor, beta: float, max_weight: float) -> tuple[Tensor, dict[str, float]]:
+    """Advantage-weighted regression weights of a batch (no gradient) and what they look like.
+
+    The advantages are normalised over the batch (zero mean, unit std), so `beta` is a temperature in units
+    of the batch's spread whatever the reward scale; w = exp(A_norm / beta), divided by its batch mean (an
+    average sample keeps weight 1, the BC loss keeps its scale), then clipped to `max_weight`.
+
+    Returns:
+        weights (B,) and {"awr_clip_frac": share of samples at the clip, "awr_ess": effective sample size
+        (sum w)^2 / (B sum w^2) in (0, 1], 1 = uniform, "adv_std": the raw advantages' spread}.
+    """
+    a = advantage.detach()
+    std = a.std(correction=0) if a.numel() > 1 else a.new_zeros(())
+    a_n = (a - a.mean()) / (std + 1e-6)
+    w = torch.exp(a_n / beta)
+    w = w / w.mean()
+    clipped = w >= max_weight
+    w = w.clamp(max=max_weight)
+    ess = float(w.sum() ** 2 / (len(w) * (w * w).sum()))
+    return w, {"awr_clip_frac": float(clipped.float().mean()), "awr_ess": ess, "adv_std": float(std)}

@@ -119,12 +119,15 @@ def train_policy(
     metrics: dict[str, float] = {}
     policy.train()
     t0 = time.perf_counter()
+    if cfg.improvement == "awr" and cfg.critic_warmup:
+        history += _warm_critic(policy, data, gen, cfg.critic_warmup, log)
     columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeRemainingColumn())
     try:
         with Progress(*columns, disable=not progress, transient=True) as bar:
             task = bar.add_task("train", total=steps, info="")
             for step in range(1, steps + 1):
-                batch = data.sample(cfg.batch_size, gen, critic=cfg.train_critic)
+                batch = data.sample(cfg.batch_size, gen, critic=cfg.train_critic, paraphrase_rate=cfg.paraphrase_rate,
+                                    token_dropout=cfg.token_dropout)
                 loss, metrics = policy(batch)
                 loss_value = float(loss.detach())
                 if not math.isfinite(loss_value):
@@ -157,6 +160,31 @@ def train_policy(
         policy.eval()
     wall = time.perf_counter() - t0
     return TrainResult(steps, metrics, wall, steps * per_step / max(wall, 1e-9), ckpt, history)
+
+
+def _warm_critic(policy: ChunkPolicy, data: ChunkDataset, gen: torch.Generator, steps: int, log: Any) -> list[dict[str, float]]:
+    """Critic-only steps (its own AdamW, constant lr, Polyak target updated) before the actor reads the
+    advantages: a critic that starts untrained would weight the actor's samples by noise."""
+    cfg = policy.cfg
+    params = list(policy.critic.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
+    lines: list[dict[str, float]] = []
+    for step in range(1, steps + 1):
+        loss, metrics = policy.critic_loss(data.critic_batch(torch.randint(data.n_critic, (cfg.batch_size,), generator=gen)))
+        if not math.isfinite(float(loss.detach())):
+            raise TrainingError(f"critic warm-up stopped at step {step}: loss is {float(loss.detach())}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        policy.update_target()
+        if step % cfg.log_every == 0 or step == steps:
+            line = {"warmup_step": step, **metrics}
+            lines.append(line)
+            if log is not None:
+                log.write(json.dumps(line) + "\n")
+                log.flush()
+    return lines
 
 
 def _stop(

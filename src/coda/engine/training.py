@@ -1,0 +1,78 @@
+"""A round's training step: fine-tune the previous policy on every demo collected so far.
+
+`finetune` is what the train phase of every strategy calls (`coda.engine.round.phase_train_round`), and what
+`bench/learnability.py` measures. Data: the round-0 demos are the `replay` source, demos in generated scenes
+the `expert` source, relabelled failures the `corrective` source; behaviour-cloning batches draw from them
+with the engine's data weights (`engine.replay_weight`, `expert_weight`, `corrective_weight`), so the new
+data takes a fixed share of every batch while the old data is rehearsed against forgetting. Unlabelled
+rollouts give the chunk critic samples only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coda.config import CodaConfig
+    from coda.policy.train import TrainResult
+
+
+def round_overrides(cfg: "CodaConfig") -> dict[str, Any]:
+    """Policy config changes a round's training makes on top of the checkpoint's: the improvement loss, the
+    critic it needs, and the fine-tuning learning rate."""
+    e, p = cfg.engine, cfg.policy
+    out: dict[str, Any] = {"lr": p.lr * e.finetune_lr_scale}
+    if e.improvement == "awr":
+        out |= {"train_critic": True, "improvement": "awr"}
+    if e.value_guided_samples:
+        out |= {"train_critic": True, "value_guided_samples": e.value_guided_samples}
+    return out
+
+
+def source_weights(cfg: "CodaConfig") -> dict[str, float]:
+    """BC sampling weight per data source."""
+    e = cfg.engine
+    return {"replay": e.replay_weight, "expert": e.expert_weight, "corrective": e.corrective_weight}
+
+
+def finetune(
+    prev_checkpoint: Path,
+    demo_dirs: Sequence[Path],
+    new_demos: Path | Sequence[Path],
+    cfg: "CodaConfig",
+    checkpoint: Path,
+    *,
+    shaping_weight: float = 0.0,
+    metrics_path: Path | None = None,
+    progress: bool = False,
+) -> tuple["TrainResult", dict[str, int]]:
+    """Fine-tune `prev_checkpoint` for `policy.finetune_steps` on `demo_dirs` (the first is the round-0
+    `replay` source) plus `new_demos`, into `checkpoint`; with `engine.retrain`, train a fresh policy of the
+    same configuration for `policy.train_steps` on the same data instead.
+
+    Returns:
+        (the training result, BC samples per source).
+    """
+    from coda.policy.checkpoint import load_policy
+    from coda.policy.policy import ChunkPolicy
+    from coda.policy.train import load_chunk_dataset, train_policy
+
+    new = [Path(new_demos)] if isinstance(new_demos, (str, Path)) else [Path(d) for d in new_demos]
+    policy = load_policy(prev_checkpoint, overrides=round_overrides(cfg))
+    weights = source_weights(cfg)
+
+    def source_of(i: int, ep: Any) -> str:  # unlabelled rollouts give critic samples only, whatever their source
+        return "corrective" if ep.corrective else ("replay" if i == 0 else "expert")
+
+    data = load_chunk_dataset([*demo_dirs, *new], policy.cfg, policy.text, shaping_weight=shaping_weight,
+                              source_of=source_of, source_weights=weights)
+    steps = cfg.policy.finetune_steps
+    if cfg.engine.retrain:  # a fresh network, normalised for all the data so far
+        fresh = policy.cfg.model_copy(update={"lr": cfg.policy.lr})
+        policy = ChunkPolicy(fresh, data.dims, data.stats(), policy.text)
+        steps = cfg.policy.train_steps
+    result = train_policy(policy, data, steps=steps, checkpoint=checkpoint, progress=progress,
+                          metrics_path=metrics_path)
+    return result, {k: data.bc_source.count(k) for k in weights}
