@@ -68,6 +68,7 @@ class RunContext:
     console: Console = field(default_factory=Console)
     families: tuple[str, ...] = ()
     _backend: Any = field(default=None, repr=False)
+    _started: dict[tuple[int, str], dt.datetime] = field(default_factory=dict, repr=False)
 
     @property
     def backend(self) -> Any:
@@ -98,12 +99,14 @@ class RunContext:
         if self.memory.phase_done(self.run_id, round_idx, phase):
             return False
         kill_point(round_idx, phase, "start")
+        self._started.setdefault((round_idx, phase), dt.datetime.now(dt.timezone.utc))  # the phase's work starts
         return True
 
     def commit(self, round_idx: int, phase: str) -> Any:
-        """The transaction a phase commits all its records in, with its marker (`memory.phase`)."""
+        """The transaction a phase commits all its records in, with its marker (`memory.phase`) carrying the
+        time the phase's work started (its first `pending` in this process)."""
         kill_point(round_idx, phase, "commit")
-        return self.memory.phase(self.run_id, round_idx, phase)
+        return self.memory.phase(self.run_id, round_idx, phase, started_at=self._started.pop((round_idx, phase), None))
 
 
 def kill_point(round_idx: int, phase: str, when: str = "start") -> None:

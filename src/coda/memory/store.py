@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import datetime as dt
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -238,6 +239,12 @@ class MemoryView:
         """Whether that phase of that round committed."""
         return self._marker(run_id, round_idx, phase) is not None
 
+    def phase_seconds(self, run_id: str) -> builtins.dict[tuple[int, str], float]:
+        """Seconds from start to commit of every committed phase of the run: {(round, phase): seconds}."""
+        stmt = select(PhaseMarker).where(PhaseMarker.run_id == run_id).order_by(PhaseMarker.id)
+        return {(int(m.round), str(m.phase)): max(0.0, (m.committed_at - m.started_at).total_seconds())
+                for m in self._session.scalars(stmt)}
+
     def _marker(self, run_id: str, round_idx: int, phase: str) -> PhaseMarker | None:
         stmt = select(PhaseMarker).where(
             PhaseMarker.run_id == run_id, PhaseMarker.round == round_idx, PhaseMarker.phase == phase
@@ -448,6 +455,11 @@ class Memory:
         with self.snapshot() as v:
             return v.phase_done(run_id, round_idx, phase)
 
+    def phase_seconds(self, run_id: str) -> builtins.dict[tuple[int, str], float]:
+        """Seconds from start to commit of every committed phase of the run: {(round, phase): seconds}."""
+        with self.snapshot() as v:
+            return v.phase_seconds(run_id)
+
     # ---- writing -----------------------------------------------------------------------------------
 
     def create_run(
@@ -503,7 +515,7 @@ class Memory:
             return run
 
     @contextlib.contextmanager
-    def phase(self, run_id: str, round_idx: int, phase: str) -> Iterator[PhaseTx]:
+    def phase(self, run_id: str, round_idx: int, phase: str, started_at: dt.datetime | None = None) -> Iterator[PhaseTx]:
         """Open the transaction of one phase of one round; it commits with its marker on normal exit.
 
         An exception inside the block (or the process dying) rolls everything back: no record of the phase
@@ -513,6 +525,8 @@ class Memory:
             run_id: an existing run.
             round_idx: the round (>= 0).
             phase: the phase name (evaluate, diagnose, verify, compile, generate, train, measure, ...).
+            started_at: when the phase's work began (UTC), stored in its marker so that `phase_seconds`
+                gives its duration; default now (the commit's start).
 
         Raises:
             PhaseCommittedError: the phase already committed (the engine must skip it).
@@ -525,7 +539,7 @@ class Memory:
         if self._open_phase is not None:
             # On SQLite a second writer would wait for the first one's lock until the busy timeout: say why now.
             raise MemoryStoreError(f"phase '{phase}' of round {round_idx} opened inside {self._open_phase}; phases do not nest")
-        started = utcnow()
+        started = started_at if started_at is not None else utcnow()
         session = Session(self._engine, expire_on_commit=False)
         tx = PhaseTx(session, self.url, run_id, round_idx, phase)
         self._open_phase = f"phase '{phase}' of round {round_idx}"
