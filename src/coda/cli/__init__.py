@@ -93,7 +93,35 @@ def run_command(
     configure_headless_gl(ctx.cfg.sim.gl_backend)  # before the simulator imports MuJoCo
     console.print(f"run directory: [bold]{ctx.run_dir}[/]")
     result = run(ctx)
+    print_success_change(ctx)
     console.print(f"report: [bold]{result.run_dir / 'report.html'}[/]")
+
+
+def print_success_change(ctx: object) -> None:
+    """The run's success per evaluation split, first → last measured round, with 95% Wilson intervals."""
+    from coda.engine.report_data import load_report_data, success_change
+
+    first, last, rows = success_change(load_report_data(ctx.memory, ctx.run_id))  # type: ignore[attr-defined]
+    if not rows:
+        return
+    families = list(rows[0].per_family)
+    table = Table(title=f"success per split, round {first} → round {last} (all families: 95% Wilson intervals)")
+    table.add_column("split")
+    for f in families:
+        table.add_column(f, justify="right")
+    table.add_column("all families", justify="right")
+    mark = {1: " [green]↑[/]", -1: " [red]↓[/]", 0: ""}
+
+    def rate(r: object) -> str:
+        return "–" if not r.n else f"{r.rate:.2f}"  # type: ignore[attr-defined]
+
+    for row in rows:
+        (a_lo, a_hi), (b_lo, b_hi) = row.first.interval(), row.last.interval()
+        table.add_row(row.split, *(f"{rate(a)} → {rate(b)}" for a, b in row.per_family.values()),
+                      f"{rate(row.first)} [{a_lo:.2f}, {a_hi:.2f}] → {rate(row.last)} [{b_lo:.2f}, {b_hi:.2f}]"
+                      + mark[row.outside])
+    console.print(table)
+    console.print("↑/↓: the last round's interval lies wholly above/below round 0's", style="dim")
 
 
 config_app = typer.Typer(help="Resolve and inspect configurations.", no_args_is_help=True)

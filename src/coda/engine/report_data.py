@@ -164,6 +164,41 @@ class ReportData:
 DIAGNOSIS_OUTCOMES = ("verified", "rejected by verifier", "not verified", "malformed answer")
 
 
+@dataclass(frozen=True)
+class SplitChange:
+    """Success on one evaluation split at the first and the last measured round, per family and pooled."""
+
+    split: str
+    first: Rate  # all families pooled
+    last: Rate
+    per_family: dict[str, tuple[Rate, Rate]]
+
+    @property
+    def outside(self) -> int:
+        """+1 (-1) when the last round's interval lies wholly above (below) the first's, else 0."""
+        (a_lo, a_hi), (b_lo, b_hi) = self.first.interval(), self.last.interval()
+        return 1 if b_lo > a_hi else (-1 if b_hi < a_lo else 0)
+
+
+def success_change(data: "ReportData") -> tuple[int, int, list[SplitChange]]:
+    """(first round, last round, one SplitChange per split in report order) over the rounds with evaluation
+    episodes; (0, 0, []) when nothing was measured."""
+    rounds = sorted({r for sp in data.success.values() for rs in sp.values() for r in rs})
+    if not rounds:
+        return 0, 0, []
+    first, last = rounds[0], rounds[-1]
+    splits = sorted({s for sp in data.success.values() for s in sp}, key=split_order)
+    out = []
+    for split in splits:
+        per: dict[str, tuple[Rate, Rate]] = {}
+        for family in sorted(data.success):
+            rs = data.success[family].get(split, {})
+            per[family] = (rs.get(first, Rate(0, 0)), rs.get(last, Rate(0, 0)))
+        pooled = [Rate(sum(v[i].k for v in per.values()), sum(v[i].n for v in per.values())) for i in (0, 1)]
+        out.append(SplitChange(split, pooled[0], pooled[1], per))
+    return first, last, out
+
+
 def split_order(split: str) -> tuple[int, str]:
     """Sort key: sft first, then the OOD splits alphabetically."""
     return (split != "sft", split)
