@@ -1,0 +1,261 @@
+"""Can the learner use targeted data? One round's training step with matched demos, against the same step
+with more SFT-like demos, per family.
+
+For each family (seeds: training scenes 0, matched and extra scenes 2 and 3, evaluation 1, never shared):
+
+- `sft`: the SFT policy, behaviour cloning of N expert demos of the family's `sft` split;
+- `matched`: from the SFT policy, one round's training step (`coda.engine.training.finetune`, the function
+  the engine's train phase calls, with the engine's data weights) on the SFT demos plus 32 expert demos in
+  scenes of the `task` split and 32 of the `position` split;
+- `sft_only`: the same step with 64 more demos of the `sft` split instead;
+- `corrective`: the same step with the same 64 labels spent as the engine's corrective data: expert demos
+  in half of the matched scenes, and the SFT policy's own failed episodes in the other half relabelled by
+  the expert from where Φ of the scene's stage plan last rose (`coda.engine.compile.corrective_start`).
+
+Each policy is rolled out on E valid scenes of every split, under the success rule of the simulator
+(`SimConfig.success_hold_steps`: the goal holds at the end). Ablations rerun the `sft` and `matched`
+policies with one part of the learner switched back to the first build's (`ABLATIONS`).
+
+Writes `bench/results/learnability.json`:
+
+    {family: {"sft" | "matched" | "sft_only" | "corrective": {split: {"success", "n", "ci95"}}},
+     "ablations": {name: {family: {split: float}}}, "success_rule": str, "meta": {...}}
+
+Usage:
+    python bench/learnability.py                         # 200 SFT demos, 30 scenes per split, all ablations
+    python bench/learnability.py --fast                  # 40 SFT demos, 10 scenes per split, no ablations
+    python bench/learnability.py --families stack --ablations none
+Demos, checkpoints and rollouts are kept under --work: a stopped run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from coda.config import build_config  # noqa: E402
+from coda.scene.spec import FAMILIES  # noqa: E402
+from coda.scene.splits import SPLITS, build_split, read_split, write_split  # noqa: E402
+
+OUT = Path(__file__).parent / "results" / "learnability.json"
+TRAIN_SEED, EVAL_SEED, MATCHED_SEED, EXTRA_SEED = 0, 1, 2, 3
+MATCHED = {"task": 32, "position": 32}
+POLICY = [
+    "policy.hidden=64", "policy.layers=2", "policy.heads=4", "policy.batch_size=128", "policy.train_steps=1500",
+    "policy.finetune_steps=1500", "policy.lr=0.001", "policy.chunk_len=8", "policy.n_action_steps=4",
+]
+FAST = ["scene.sft_scenes_per_family=40", "bench.eval_scenes_per_split=10", "policy.train_steps=500"]
+# name -> config overrides that switch one part of the learner back to the first build's
+ABLATIONS: dict[str, list[str]] = {
+    "sentence_grounding": ["policy.grounding=sentence"],  # item 1: the first build's grounding features
+    "no_grounding_labels": ["policy.grounding_weight=0.0"],  # item 1: pointers learned from BC alone
+    "read_motion": ["policy.read_motion=true"],  # the policy reads its own velocity and last grip command
+    "awr": ["engine.improvement=awr"],  # item 2: advantage weighting from the warmed chunk critic
+    "short_finetune": ["policy.finetune_steps=500"],  # item 2: the first build's round length
+}
+POLICIES = ("sft", "matched", "sft_only", "corrective")
+
+
+def scenes(work: Path, family: str, split: str, n: int, seed: int, workers: int) -> list[Any]:
+    """The first n valid scenes of a split (cached as a split file under `work`)."""
+    path = work / family / "scenes" / f"{split}_s{seed}_n{n}.jsonl"
+    if path.exists():
+        return read_split(path)[1]
+    valid = build_split(family, split, n, seed, workers=workers).valid
+    write_split(path, valid, family=family, split=split, seed=seed)
+    return valid
+
+
+def demos(work: Path, family: str, name: str, specs: list[Any], cfg: Any) -> Path:
+    """Expert demos in `specs` (as the engine collects them) under work/family/demos_<name>."""
+    from coda.engine.backend import RoundBackend
+
+    out = work / family / f"demos_{name}"
+    if (out / "index.json").exists():
+        return out
+    tmp = out.with_name(out.name + ".partial")
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    RoundBackend(cfg).collect_demos(specs, tmp)
+    tmp.rename(out)
+    return out
+
+
+def evaluate(ckpt: Path, eval_scenes: dict[str, list[Any]], cfg: Any, workers: int, cache: Path) -> dict[str, Any]:
+    """Success per split (Wilson intervals), cached next to the checkpoint."""
+    from coda.engine.rollout import evaluate_checkpoint
+    from coda.policy.stats import success_summary
+
+    if cache.exists():
+        return json.loads(cache.read_text())
+    flat = [(split, s) for split in SPLITS for s in eval_scenes[split]]
+    rollouts = evaluate_checkpoint(ckpt, [s for _, s in flat], cfg.sim, workers=workers, record_states=False)
+    out = {split: success_summary([r.success for (sp, _), r in zip(flat, rollouts) if sp == split]) for split in SPLITS}
+    cache.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def corrective_demos(sft: Path, matched: list[Any], cfg: Any, out: Path) -> list[Path]:
+    """The `corrective` data: expert demos in every other matched scene, and in the others the SFT policy's
+    failed episodes relabelled by the expert from their failure state (successes there stay unlabelled)."""
+    from coda.engine.backend import EpisodeJob, RoundBackend
+    from coda.engine.compile import corrective_start
+    from coda.engine.round import replay_states
+    from coda.engine.rollout import evaluate_checkpoint
+    from coda.policy.data import DemoWriter
+    from coda.shaping.text2potential import canonical_plan, compile_plan
+
+    if (out / "index.json").exists():
+        return [out]
+    backend = RoundBackend(cfg)
+    demo_scenes, probe_scenes = matched[0::2], matched[1::2]
+    rollouts = evaluate_checkpoint(sft, probe_scenes, cfg.sim, workers=1, record_states=False)
+    env = backend.make_env()
+    jobs = [EpisodeJob("expert", s) for s in demo_scenes]
+    try:
+        for spec, ro in zip(probe_scenes, rollouts):
+            if ro.success:
+                continue
+            phi = compile_plan(canonical_plan(spec), spec).phis(replay_states(env, spec, ro.actions))
+            jobs.append(EpisodeJob("corrective", spec, None, ro.actions, corrective_start(list(phi)),
+                                   label_every=cfg.policy.n_action_steps, label_len=cfg.policy.chunk_len))
+    finally:
+        env.close()
+    tmp = out.with_name(out.name + ".partial")
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    with DemoWriter(tmp) as writer:
+        for ep in backend.round_episodes(jobs):
+            if ep is not None:
+                writer.add(ep)
+    tmp.rename(out)
+    return [out]
+
+
+def _digest(cfg: Any, sections: tuple[str, ...] | None = None) -> str:
+    import hashlib
+
+    data = cfg.model_dump(mode="json")
+    if sections is not None:
+        data = {k: data[k] for k in sections}
+        data.get("policy", {}).pop("finetune_steps", None)  # used by the round's step only
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, console: Console) -> dict[str, Any]:
+    """SFT, matched and sft_only policies of one family under one learner configuration (`tag`)."""
+    from coda.engine.training import finetune
+    from coda.policy.train import train_sft
+
+    import torch
+
+    n_sft, n_eval = cfg.scene.sft_scenes_per_family, cfg.bench.eval_scenes_per_split
+    train = scenes(work, family, "sft", n_sft, TRAIN_SEED, workers)
+    matched = [s for split, n in MATCHED.items() for s in scenes(work, family, split, n, MATCHED_SEED, workers)]
+    extra = scenes(work, family, "sft", sum(MATCHED.values()), EXTRA_SEED, workers)
+    evals = {split: scenes(work, family, split, n_eval, EVAL_SEED, workers) for split in SPLITS}
+    d_sft = demos(work, family, f"sft{n_sft}", train, cfg)
+    d_matched = demos(work, family, "matched", matched, cfg)
+    d_extra = demos(work, family, "sft_extra", extra, cfg)
+    # the SFT policy depends on the policy, scene and simulator settings; a round's step on everything
+    sft_root = work / family / f"sft-{_digest(cfg, ('policy', 'scene', 'sim'))}"
+    root = sft_root / f"{tag}-{_digest(cfg)}"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=1, sort_keys=True))
+    times: dict[str, float] = {}
+    sft = sft_root / "sft.pt"
+    if not sft.exists():
+        t0 = time.perf_counter()
+        torch.manual_seed(TRAIN_SEED)
+        train_sft([d_sft], cfg.policy, sft, progress=True)
+        times["sft_train_s"] = time.perf_counter() - t0
+    out: dict[str, Any] = {}
+    d_corr = corrective_demos(sft, matched, cfg, root / "demos_corrective")
+    for name, new in (("matched", [d_matched]), ("sft_only", [d_extra]), ("corrective", d_corr)):
+        ckpt = root / f"{name}.pt"
+        if not ckpt.exists():
+            t0 = time.perf_counter()
+            torch.manual_seed(TRAIN_SEED)
+            finetune(sft, [d_sft], new, cfg, ckpt)
+            times[f"{name}_train_s"] = time.perf_counter() - t0
+    for name in POLICIES:
+        t0 = time.perf_counter()
+        where = sft_root if name == "sft" else root
+        out[name] = evaluate(where / f"{name}.pt", evals, cfg, workers, where / f"{name}.eval.json")
+        times[f"{name}_eval_s"] = time.perf_counter() - t0
+        row = "  ".join(f"{s} {out[name][s]['success']:.2f}" for s in SPLITS)
+        console.print(f"[{tag}] {family}/{name}: {row}")
+    out["seconds"] = times
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    ap.add_argument("--fast", action="store_true", help="small sizes, no ablations")
+    ap.add_argument("--ablations", nargs="*", default=None, help=f"subset of {list(ABLATIONS)} (default all; none with --fast)")
+    ap.add_argument("--workers", type=int, default=2, help="processes for validity checks and rollouts")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
+    ap.add_argument("--work", type=Path, default=Path("runs/bench_learnability"))
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    console = Console()
+    base = POLICY + (FAST if args.fast else []) + args.overrides
+    ablations = ([] if args.fast else list(ABLATIONS)) if args.ablations is None else [a for a in args.ablations if a != "none"]
+    for a in ablations:
+        if a not in ABLATIONS:
+            ap.error(f"unknown ablation '{a}'. Available: {list(ABLATIONS)}")
+    import torch
+
+    cfg = build_config("full", overrides=base)
+    torch.set_num_threads(cfg.policy.torch_threads)
+    t_all = time.perf_counter()
+    results: dict[str, Any] = {"ablations": {}}
+    for family in args.families:
+        results[family] = run_family(family, cfg, "main", args.work, args.workers, console)
+    for a in ablations:
+        acfg = build_config("full", overrides=base + ABLATIONS[a])
+        results["ablations"][a] = {}
+        for family in args.families:
+            r = run_family(family, acfg, a, args.work, args.workers, console)
+            results["ablations"][a][family] = {name: {s: r[name][s]["success"] for s in SPLITS} for name in ("sft", "matched")}
+    results["success_rule"] = (f"the goal holds at the end of the episode: it ends solved once the goal has held for "
+                               f"{cfg.sim.success_hold_steps} control steps with the gripper off the goal's entities, "
+                               f"or it holds at the time limit ({cfg.sim.max_steps} steps)")
+    results["meta"] = {"overrides": base, "sft_demos": cfg.scene.sft_scenes_per_family, "matched": MATCHED,
+                       "eval_scenes_per_split": cfg.bench.eval_scenes_per_split, "finetune_steps": cfg.policy.finetune_steps,
+                       "seeds": {"train": TRAIN_SEED, "eval": EVAL_SEED, "matched": MATCHED_SEED, "extra": EXTRA_SEED},
+                       "engine": {k: v for k, v in cfg.engine.model_dump(mode="json").items()
+                                  if k in ("improvement", "replay_weight", "expert_weight")},
+                       "wall_s": time.perf_counter() - t_all, "cpus": os.cpu_count()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    for name in POLICIES:
+        table = Table(title=f"{name} (success)")
+        table.add_column("family")
+        for split in SPLITS:
+            table.add_column(split)
+        for family in args.families:
+            table.add_row(family, *(f"{results[family][name][s]['success']:.2f}" for s in SPLITS))
+        console.print(table)
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
