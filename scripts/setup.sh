@@ -50,11 +50,17 @@ fi
 # 1 GB from PyPI) comes with --tests.
 extras="test"
 [ "$want_pg" = 1 ] && extras="test,libero"
-stamp=".venv/.coda-installed-$( (cat pyproject.toml; echo "$extras") | sha256sum | cut -c1-16)"
+stamp_of() { echo ".venv/.coda-installed-$( (cat pyproject.toml; echo "$1") | sha256sum | cut -c1-16)"; }
+stamp=$(stamp_of "$extras")
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if [ ! -f "$stamp" ]; then
+# the tests' install (test + libero extras) holds everything the demo needs: `make demo` after `make test`
+# installs nothing
+have_all=0
+[ -f "$stamp" ] && have_all=1
+[ "$want_pg" = 0 ] && [ -f "$(stamp_of "test,libero")" ] && have_all=1
+if [ "$have_all" = 0 ]; then
   echo "setup.sh: installing CoDA and its dependencies into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
   # torch is pinned to the CPU build in pyproject.toml; a looser pin would pull a multi-GB CUDA build.

@@ -128,3 +128,40 @@ def test_batches_carry_the_goal_labels_of_their_episodes(hashing) -> None:
     assert (first == torch.tensor(_rows(specs[0]))).all() and (batch.goal_rows[-1] == torch.tensor(_rows(specs[1]))).all()
     values = batch.goal_value.numpy()
     assert np.all(values[: eps[0].length] == 0.5) and np.isnan(values[-1])
+
+
+def test_the_goal_value_reads_remembered_wordings_but_never_the_queried_one_itself() -> None:
+    from coda.policy.networks import VALUE_BINS, GoalValue, value_of
+
+    g = GoalValue(text_dim=3, entity_dim=2, hidden=8)
+    for p in g.prior.parameters():
+        torch.nn.init.zeros_(p)  # no prior: the words alone
+    mem = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.0, 0.0, 1.0]]), dim=1)
+    g.set_memory(mem, torch.tensor([1.0, 1.0, 0.5]))
+    entity = torch.zeros(2, 2)
+    with torch.no_grad():
+        logits = g(torch.stack([mem[0], mem[2]]), entity)
+    tau = float(g.log_tau.detach().exp())
+    # "open" asked in its own words: its exact copy is left out, its remembered paraphrase (cos 0.8) speaks
+    assert float(logits[0, VALUE_BINS.index(1.0)]) == pytest.approx(0.8 * tau)
+    assert float(logits[1, VALUE_BINS.index(0.5)]) == pytest.approx(0.0)  # the only "half" wording is itself
+    assert value_of(logits)[0].item() == 1.0
+
+
+def test_a_checkpoint_keeps_the_remembered_goals(tmp_path, hashing) -> None:
+    from coda.policy.checkpoint import load_policy, save_checkpoint
+    from coda.sim.tabletop.env import TabletopEnv
+    from coda.sim.tabletop.experts import expert_for
+
+    env = TabletopEnv()
+    spec = _scene("obj0", TRAIN["obj0"])
+    ep = run_expert_episode(env, spec, expert_for(spec))
+    env.close()
+    ep.goal_rows, ep.goal_value, ep.wordings = _rows(spec), 0.5, ("place the small red cube in the gray plate",)
+    data = ChunkDataset([ep], hashing, chunk_len=4)
+    emb, values = data.goal_memory()
+    assert emb.shape[0] == 2 and values.tolist() == [0.5, 0.5]  # the instruction and its wording
+    policy = build_policy(tiny_cfg(), data, hashing)
+    save_checkpoint(policy, tmp_path / "p.pt")
+    back = load_policy(tmp_path / "p.pt", text=hashing)
+    assert torch.equal(back.encoder.goal.memory, policy.encoder.goal.memory) and back.encoder.goal.memory.shape[0] == 2

@@ -73,6 +73,7 @@ def finetune(
         fresh = policy.cfg.model_copy(update={"lr": cfg.policy.lr})
         policy = ChunkPolicy(fresh, data.dims, data.stats(), policy.text)
         steps = cfg.policy.train_steps
+    policy.remember_goals(*data.goal_memory())  # the round's new instructions join what the policy knows
     result = train_policy(policy, data, steps=steps, checkpoint=checkpoint, progress=progress,
                           metrics_path=metrics_path)
     return result, {k: data.bc_source.count(k) for k in weights}

@@ -104,6 +104,7 @@ def load_into(policy: ChunkPolicy, path: str | Path) -> dict[str, Any]:
 def _load_payload(policy: ChunkPolicy, path: str | Path, payload: dict[str, Any]) -> dict[str, Any]:
     _check_architecture(path, payload["architecture"], policy.architecture())
     try:
+        policy.fit_buffers(payload["state_dict"])
         policy.load_state_dict(payload["state_dict"], strict=True)
     except RuntimeError as e:
         raise CheckpointError(f"checkpoint '{path}' weights do not fit the policy: {str(e).splitlines()[0]}") from None

@@ -33,6 +33,8 @@ GROUNDING_FEATURES = 2  # per entity: match share and gap to the best match ("to
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
 MAX_POSITIONS = 32  # instruction word-piece positions with a learned embedding (coda.policy.text.MAX_TOKENS)
 ROLES = 2  # pointers over entities: what the instruction moves, and where it goes
+VALUE_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the goal numbers a policy can be asked for (a drawer's opening)
+SAME_TEXT = 0.9999  # a remembered instruction this close to the query is its own wording (left out)
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -125,12 +127,53 @@ class SetAttentionBlock(nn.Module):
         return x + self.ff(self.norm2(x))
 
 
+class GoalValue(nn.Module):
+    """The goal's number (how far to open a drawer) as one of VALUE_BINS, logits = language + prior.
+
+    Language: for each bin, a learned temperature times the best cosine between the instruction's sentence
+    embedding and a remembered training instruction whose goal has that value (`set_memory`: every distinct
+    wording in the training data with a value), its own wording left out, so training sees the evidence an
+    unseen wording of a known goal gives; a wording far from everything remembered says little. Prior: from
+    the entity the first role points at (its features, e.g. how open the drawer is now), never the words.
+    Where the words are clear they decide; where they are not, the value falls back on what such scenes asked.
+    """
+
+    def __init__(self, text_dim: int, entity_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.register_buffer("memory", torch.zeros(0, text_dim))  # (K, E) remembered instructions
+        self.register_buffer("memory_bin", torch.zeros(0, dtype=torch.long))  # (K,) their value's bin
+        self.log_tau = nn.Parameter(torch.tensor(math.log(20.0)))
+        self.prior = _mlp([entity_dim, hidden, len(VALUE_BINS)])
+
+    def set_memory(self, embeddings: Tensor, values: Tensor) -> None:
+        """Remember instructions (K, E) with their goal values (K,) (replaces what was remembered)."""
+        bins = torch.tensor(VALUE_BINS)
+        self.memory = embeddings.detach().to(torch.float32).clone()
+        self.memory_bin = (values.to(torch.float32).unsqueeze(1) - bins).abs().argmin(dim=1)
+
+    def forward(self, instruction_emb: Tensor, entity: Tensor) -> Tensor:
+        """Logits (B, len(VALUE_BINS)) from the instruction (B, E) and the pointed-to entity's features (B, D)."""
+        prior = self.prior(entity)
+        if self.memory.shape[0] == 0:
+            return prior
+        cos = instruction_emb @ self.memory.T  # (B, K)
+        cos = cos.masked_fill(cos > SAME_TEXT, 0.0)
+        per_bin = cos.new_zeros((cos.shape[0], len(VALUE_BINS)))  # a bin nothing remembered supports: cosine 0
+        per_bin = per_bin.scatter_reduce(1, self.memory_bin.expand_as(cos), cos, reduce="amax", include_self=True)
+        return self.log_tau.exp() * per_bin + prior
+
+
+def value_of(logits: Tensor) -> Tensor:
+    """The goal value (B, 1) of the most likely bin."""
+    return torch.tensor(VALUE_BINS, dtype=logits.dtype)[logits.argmax(dim=1)].unsqueeze(1)
+
+
 class Encoded(NamedTuple):
     """An observation encoding and what the instruction was grounded to."""
 
     z: Tensor  # (B, hidden)
     pointer: Tensor | None = None  # (B, M, ROLES) role pointer logits over entities, -inf on padding
-    goal_value: Tensor | None = None  # (B,) the goal's number read off the instruction, in [0, 1]
+    goal_value: Tensor | None = None  # (B, len(VALUE_BINS)) logits of the goal's number over VALUE_BINS
 
 
 def hard_pointer(logits: Tensor) -> Tensor:
@@ -172,8 +215,7 @@ class ObsEncoder(nn.Module):
             self.layout_pointer = _mlp([dims.object_features + 3, hidden, ROLES])
             self.role_emb = nn.Parameter(torch.randn(ROLES, hidden) * 0.02)
             self.role_out = nn.Linear(ROLES * (dims.object_features + 3) + 1, hidden)
-            # the goal's number (how far to open a drawer) read off the instruction, as one scalar in [0, 1]
-            self.goal_value = _mlp([hidden, hidden, 1])
+            self.goal = GoalValue(dims.text, dims.object_features + 3, hidden)
         self.blocks = nn.ModuleList(SetAttentionBlock(hidden, heads) for _ in range(layers))
         self.out_norm = nn.LayerNorm(hidden)
 
@@ -198,11 +240,13 @@ class ObsEncoder(nn.Module):
         b, m = ob.shape[0], ob.shape[1]
         desc = self.text_proj(obs.object_emb)  # (B, M, hidden)
         instruction = self.text_proj(obs.instruction_emb)  # (B, hidden)
-        logits = value = None
+        logits = None
         if self.grounding is not None:
             logits = self.pointer_logits(obs, desc, ob, rp)
             p = hard_pointer(logits)  # (B, M, R)
-            value = torch.sigmoid(self.goal_value(instruction))  # (B, 1)
+            raw = p.transpose(1, 2) @ torch.cat([rp, ob], dim=-1)  # (B, R, 3 + F): the pointed-to entities' features
+            value_logits = self.goal(obs.instruction_emb, raw[:, 0].detach())
+            value = value_of(value_logits)  # (B, 1)
             extra = torch.cat([p, value.unsqueeze(1).expand(b, m, 1)], dim=-1)
         else:
             extra = sentence_grounding(obs)
@@ -224,8 +268,7 @@ class ObsEncoder(nn.Module):
         z = self.out_norm(tokens[:, 0])
         if logits is None:
             return Encoded(z)
-        raw = p.transpose(1, 2) @ torch.cat([rp, ob], dim=-1)  # (B, R, 3 + F): the pointed-to entities' features
-        return Encoded(z + self.role_out(torch.cat([raw.flatten(1), value], dim=-1)), logits, value.squeeze(-1))
+        return Encoded(z + self.role_out(torch.cat([raw.flatten(1), value], dim=-1)), logits, value_logits)
 
 
 class ChunkActorHead(nn.Module):

@@ -33,12 +33,11 @@ from torch import Tensor, nn
 from coda.policy.config import PolicyConfig
 from coda.policy.errors import PolicyUsageError
 from coda.policy.features import NormStats, ObsBatch, ObsDims, gripper_pose, obs_to_batch, to_absolute, to_relative
-from coda.policy.networks import ChunkActorHead, ChunkCriticNet, ObsEncoder
+from coda.policy.networks import VALUE_BINS, ChunkActorHead, ChunkCriticNet, ObsEncoder
 from coda.policy.samples import CriticBatch, TrainBatch
 from coda.policy.targets import awr_weights, chunk_targets, expectile_loss
 from coda.policy.text import TextEmbedder, text_encoder_for
 
-GOAL_VALUE_SCALE = 10.0  # a fraction's squared error is far smaller than a cross-entropy: bring it to that order
 ARCH_VERSION = 2  # 2: word-piece grounding (TokenGrounding)
 
 
@@ -144,6 +143,19 @@ class ChunkPolicy(nn.Module):
             **self.dims.as_dict(),
         }
 
+    def remember_goals(self, embeddings: Tensor, values: Tensor) -> None:
+        """Give the goal-value readers (actor and critic) the training data's instructions with values."""
+        for enc in (self.encoder, self.critic.encoder, self.critic_target.encoder):
+            if enc.grounding is not None:
+                enc.goal.set_memory(embeddings, values)
+
+    def fit_buffers(self, state_dict: Mapping[str, Tensor]) -> None:
+        """Size the remembered-goal buffers like those of `state_dict` (a checkpoint's), so it loads exactly."""
+        for name, buf in list(self.named_buffers()):
+            if name.endswith((".goal.memory", ".goal.memory_bin")) and name in state_dict:
+                module = self.get_submodule(name.rsplit(".", 1)[0])
+                setattr(module, name.rsplit(".", 1)[1], torch.empty_like(state_dict[name]))
+
     def actor_parameters(self) -> list[nn.Parameter]:
         """Parameters trained by the actor losses (encoder and chunk head)."""
         return [*self.encoder.parameters(), *self.actor.parameters()]
@@ -181,9 +193,12 @@ class ChunkPolicy(nn.Module):
         if enc.goal_value is not None and bc.goal_value is not None and cfg.grounding_weight > 0:
             has = torch.isfinite(bc.goal_value)
             if bool(has.any()):
-                v_loss = F.mse_loss(enc.goal_value[has], bc.goal_value[has])
-                loss = loss + cfg.grounding_weight * GOAL_VALUE_SCALE * v_loss
-                metrics["goal_value"] = float(v_loss.detach())
+                bins = torch.tensor(VALUE_BINS)
+                want = (bc.goal_value[has].unsqueeze(1) - bins).abs().argmin(dim=1)
+                v_loss = F.cross_entropy(enc.goal_value[has], want)
+                loss = loss + cfg.grounding_weight * v_loss
+                metrics |= {"goal_value": float(v_loss.detach()),
+                            "goal_value_acc": float((enc.goal_value[has].argmax(1) == want).float().mean())}
         if cfg.train_critic:
             if batch.critic is None:
                 raise PolicyUsageError("train_critic = true but the batch has no critic samples")

@@ -139,6 +139,7 @@ class ChunkDataset:
         self.chunk_len = h = chunk_len
         strings: dict[str, int] = {"": 0}
         proprio, objects, obj_text, instr, row_episode, wordings, goal_rows, goal_values = ([] for _ in range(8))
+        valued: dict[int, float] = {}  # string id of an instruction (or wording) -> its goal value
         bc_row, bc_chunk, bc_src = [], [], []
         cr_row, cr_next, cr_chunk, cr_r, cr_disc, cr_done, cr_phi, cr_phi_next = ([] for _ in range(8))
         row0 = 0
@@ -157,6 +158,10 @@ class ChunkDataset:
             wordings.append([strings.setdefault(w, len(strings)) for w in ep.wordings if w])
             goal_rows.append(tuple(ep.goal_rows))
             goal_values.append(float(ep.goal_value))
+            said = {strings.setdefault(str(ep.observations[0]["instruction"]), len(strings)), *wordings[-1]}
+            if np.isfinite(ep.goal_value):
+                for sid in said:
+                    valued.setdefault(sid, float(ep.goal_value))
             for pr, ob, mk, tx, ins in parts:
                 proprio.append(pr)
                 objects.append((ob, mk))
@@ -219,6 +224,7 @@ class ChunkDataset:
             if g:
                 self.goal_rows[i, : len(g)] = torch.tensor(g, dtype=torch.long)
         self.goal_value = torch.tensor(goal_values, dtype=torch.float32)  # (episodes,), NaN = none
+        self._valued = sorted(valued.items())
         self.text_model_id = text.model_id
         pose = gripper_pose(self.proprio)  # (N, 4)
         self.bc_row = torch.tensor(bc_row, dtype=torch.long)
@@ -236,6 +242,11 @@ class ChunkDataset:
             raise DatasetError(f"sources has {len(sources)} entries for {self.n_episodes} episodes")
         self.bc_source = bc_src  # source name per BC sample ("" when untagged)
         self.bc_prob = None if source_weights is None else _bc_probabilities(bc_src, source_weights)
+
+    def goal_memory(self) -> tuple[Tensor, Tensor]:
+        """Every distinct instruction and wording whose goal has a value: embeddings (K, E) and values (K,)."""
+        ids = torch.tensor([i for i, _ in self._valued], dtype=torch.long)
+        return self.text_table[ids], torch.tensor([v for _, v in self._valued], dtype=torch.float32)
 
     @property
     def n_bc(self) -> int:
