@@ -14,7 +14,7 @@ For each family (seeds: training scenes 0, matched and extra scenes 2 and 3, eva
 
 Each policy is rolled out on E valid scenes of every split, under the success rule of the simulator
 (`SimConfig.success_hold_steps`: the goal holds at the end). Ablations rerun the `sft` and `matched`
-policies with one part of the learner switched back to the first build's (`ABLATIONS`).
+policies with one part of the learner changed (`ABLATIONS`).
 
 Writes `bench/results/learnability.json`:
 
@@ -25,6 +25,7 @@ Usage:
     python bench/learnability.py                         # 200 SFT demos, 30 scenes per split, all ablations
     python bench/learnability.py --fast                  # 40 SFT demos, 10 scenes per split, no ablations
     python bench/learnability.py --families stack --ablations none
+    python bench/learnability.py --ablations sentence_grounding bc --ablation-families pick_place drawer
 Demos, checkpoints and rollouts are kept under --work: a stopped run continues where it stopped.
 """
 
@@ -63,7 +64,7 @@ ABLATIONS: dict[str, list[str]] = {
     "sentence_grounding": ["policy.grounding=sentence"],  # item 1: the first build's grounding features
     "no_grounding_labels": ["policy.grounding_weight=0.0"],  # item 1: pointers learned from BC alone
     "read_motion": ["policy.read_motion=true"],  # the policy reads its own velocity and last grip command
-    "awr": ["engine.improvement=awr"],  # item 2: advantage weighting from the warmed chunk critic
+    "bc": ["engine.improvement=bc"],  # item 2: plain behaviour cloning instead of the critic's advantage weights
     "short_finetune": ["policy.finetune_steps=500"],  # item 2: the first build's round length
 }
 POLICIES = ("sft", "matched", "sft_only", "corrective")
@@ -157,8 +158,10 @@ def _digest(cfg: Any, sections: tuple[str, ...] | None = None) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, console: Console) -> dict[str, Any]:
-    """SFT, matched and sft_only policies of one family under one learner configuration (`tag`)."""
+def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, console: Console,
+               policies: tuple[str, ...] = POLICIES) -> dict[str, Any]:
+    """The `policies` (default all: SFT, matched, sft_only, corrective) of one family under one learner
+    configuration (`tag`)."""
     from coda.engine.training import finetune
     from coda.policy.train import train_sft
 
@@ -185,15 +188,17 @@ def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, consol
         train_sft([d_sft], cfg.policy, sft, progress=True)
         times["sft_train_s"] = time.perf_counter() - t0
     out: dict[str, Any] = {}
-    d_corr = corrective_demos(sft, matched, cfg, root / "demos_corrective")
-    for name, new in (("matched", [d_matched]), ("sft_only", [d_extra]), ("corrective", d_corr)):
+    steps = {"matched": lambda: [d_matched], "sft_only": lambda: [d_extra],
+             "corrective": lambda: corrective_demos(sft, matched, cfg, root / "demos_corrective")}
+    for name, new_data in steps.items():
         ckpt = root / f"{name}.pt"
-        if not ckpt.exists():
+        if name in policies and not ckpt.exists():
+            new = new_data()
             t0 = time.perf_counter()
             torch.manual_seed(TRAIN_SEED)
             finetune(sft, [d_sft], new, cfg, ckpt)
             times[f"{name}_train_s"] = time.perf_counter() - t0
-    for name in POLICIES:
+    for name in policies:
         t0 = time.perf_counter()
         where = sft_root if name == "sft" else root
         out[name] = evaluate(where / f"{name}.pt", evals, cfg, workers, where / f"{name}.eval.json")
@@ -209,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     ap.add_argument("--fast", action="store_true", help="small sizes, no ablations")
     ap.add_argument("--ablations", nargs="*", default=None, help=f"subset of {list(ABLATIONS)} (default all; none with --fast)")
+    ap.add_argument("--ablation-families", nargs="+", default=None, choices=list(FAMILIES),
+                    help="families the ablations run on (default: --families)")
     ap.add_argument("--workers", type=int, default=2, help="processes for validity checks and rollouts")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     ap.add_argument("--work", type=Path, default=Path("runs/bench_learnability"))
@@ -231,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     for a in ablations:
         acfg = build_config("full", overrides=base + ABLATIONS[a])
         results["ablations"][a] = {}
-        for family in args.families:
-            r = run_family(family, acfg, a, args.work, args.workers, console)
+        for family in args.ablation_families or args.families:
+            r = run_family(family, acfg, a, args.work, args.workers, console, policies=("sft", "matched"))
             results["ablations"][a][family] = {name: {s: r[name][s]["success"] for s in SPLITS} for name in ("sft", "matched")}
     results["success_rule"] = (f"the goal holds at the end of the episode: it ends solved once the goal has held for "
                                f"{cfg.sim.success_hold_steps} control steps with the gripper off the goal's entities, "
