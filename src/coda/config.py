@@ -21,6 +21,7 @@ from coda.config_base import Section
 from coda.critic.config import CriticConfig
 from coda.engine.config import EngineConfig
 from coda.errors import ConfigError
+from coda.redact import redact_value
 from coda.memory.config import MemoryConfig
 from coda.policy.config import PolicyConfig
 from coda.runtime.config import RuntimeConfig
@@ -150,11 +151,12 @@ def validate_config(data: Mapping[str, Any]) -> CodaConfig:
 
 
 def dump_config(cfg: CodaConfig, path: str | Path) -> Path:
-    """Write the resolved configuration as YAML (atomically) and return its path."""
+    """Write the resolved configuration as YAML (atomically) and return its path. Secrets are masked (a memory
+    URL's password: `coda run --resume RUN --memory URL` gives it back)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    tmp.write_text(yaml.safe_dump(redact_value(cfg.model_dump(mode="json")), sort_keys=False))
     tmp.replace(p)
     return p
 

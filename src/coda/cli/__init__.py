@@ -66,7 +66,8 @@ def run_command(
     family: Annotated[Optional[list[str]], typer.Option(help="task family (repeatable); default: all four")] = None,
     rounds: Annotated[Optional[int], typer.Option(help="co-evolution rounds after SFT")] = None,
     seed: Annotated[Optional[int], typer.Option(help="master seed")] = None,
-    memory: Annotated[Optional[str], typer.Option("--memory", help="memory URL (default: SQLite in the run dir)")] = None,
+    memory: Annotated[Optional[str], typer.Option("--memory", help="memory URL (default: SQLite in the run dir); "
+                                                  "with --resume, the run's URL with its password")] = None,
     run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="run directory to create")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="continue the run in this directory")] = None,
     from_round0: Annotated[Optional[Path], typer.Option(
@@ -78,9 +79,9 @@ def run_command(
     from coda.gl import configure_headless_gl
 
     if resume is not None:
-        if any(v is not None for v in (preset, config, set_, strategy, family, rounds, seed, memory, run_dir, from_round0)):
-            fail("--resume takes the run's own configuration; drop the other options")
-        ctx = resume_run(resume)
+        if any(v is not None for v in (preset, config, set_, strategy, family, rounds, seed, run_dir, from_round0)):
+            fail("--resume takes the run's own configuration; drop the other options (--memory may give its password)")
+        ctx = resume_run(resume, memory)
     else:
         extra = list(set_ or [])
         extra += [f"engine.strategy={strategy}"] if strategy is not None else []
@@ -134,8 +135,11 @@ def config_show(preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt
     """Print the resolved configuration (defaults → preset → file → --set) as YAML."""
     from coda.config import build_config
 
+    from coda.redact import redact_value
+
     cfg = build_config(preset, config, set_ or [])
-    console.print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), highlight=False, markup=False)
+    console.print(yaml.safe_dump(redact_value(cfg.model_dump(mode="json")), sort_keys=False), highlight=False,
+                  markup=False)
 
 
 def main() -> None:  # pragma: no cover - console-script shim

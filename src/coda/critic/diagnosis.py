@@ -13,9 +13,10 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from coda.errors import CodaError, SchemaVersionError
+from coda.redact import one_line, redact_bounded
 from coda.scene.spec import ScenarioSpec, format_validation_error
 from coda.shaping.program import STAGE_KINDS, entity_kinds
 
@@ -68,6 +69,13 @@ StageReached = Literal["none", "reach", "grasp", "lift", "carry", "place", "push
 
 _MAX_TEXT = 4000
 _MAX_RAW = 20_000
+MAX_REASON = 1000  # characters of a stored reason or note
+MAX_NOTES = 16
+
+
+def _notes(v: Any) -> tuple[str, ...]:
+    items = [v] if isinstance(v, str) else list(v or ())
+    return tuple(one_line(str(n), MAX_REASON) for n in items[:MAX_NOTES])
 
 
 class DiagnosisError(CodaError, ValueError):
@@ -105,7 +113,9 @@ class Diagnosis(DiagnosisAnswer):
     record: Literal["diagnosis"] = "diagnosis"
     critic: str = ""  # name of the critic that wrote it
     episode_id: str | None = None  # the episode it diagnoses
-    notes: tuple[str, ...] = ()  # provenance notes (fallbacks used, resolved phrases...)
+    notes: tuple[str, ...] = ()  # provenance notes (fallbacks used, resolved phrases...), redacted, bounded
+
+    _bounded_notes = field_validator("notes", mode="before")(classmethod(lambda cls, v: _notes(v)))
 
     def answer(self) -> DiagnosisAnswer:
         """The answer fields alone."""
@@ -119,9 +129,22 @@ class DiagnosisRejected(_Frozen):
     record: Literal["rejected"] = "rejected"
     critic: str = ""
     episode_id: str | None = None
-    reason: str  # one line: what was wrong (malformed JSON at..., field 'x' = ...: ...)
+    reason: str  # one line: what was wrong (malformed JSON at..., field 'x' = ...: ...), at most MAX_REASON characters
     raw_text: str  # what the critic returned (truncated to 20 000 characters)
     notes: tuple[str, ...] = ()
+
+    # Whatever a critic or an endpoint sent, what is kept is bounded and has no secret in it.
+    _bounded_notes = field_validator("notes", mode="before")(classmethod(lambda cls, v: _notes(v)))
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _one_line_reason(cls, v: Any) -> str:
+        return one_line(str(v), MAX_REASON) or "no reason given"
+
+    @field_validator("raw_text", mode="before")
+    @classmethod
+    def _bounded_raw(cls, v: Any) -> str:
+        return redact_bounded(str(v), _MAX_RAW)
 
 
 CriticResult = Diagnosis | DiagnosisRejected
@@ -188,6 +211,8 @@ def parse_diagnosis(
         data = json.loads(body)
     except json.JSONDecodeError as e:
         return reject(f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}")
+    except RecursionError:
+        return reject("malformed JSON: nested too deeply to parse")
     if not isinstance(data, dict):
         return reject(f"answer must be a JSON object, got {type(data).__name__}")
     try:

@@ -247,11 +247,30 @@ def start_run(cfg: CodaConfig, run_dir: Path | None = None, from_round0: Path | 
     return RunContext(cfg=cfg, run_dir=run_dir, run_id=run_id, memory=mem, families=tuple(cfg.scene.families))
 
 
-def resume_run(run_dir: Path) -> RunContext:
-    """Reopen a run directory with the configuration it was started with."""
+def resume_run(run_dir: Path, memory_url: str | None = None) -> RunContext:
+    """Reopen a run directory with the configuration it was started with.
+
+    Args:
+        memory_url: the memory URL with its password, when `config.yaml` holds it masked (the same URL
+            otherwise; a different database is refused).
+
+    Raises:
+        RunDirError: not a run directory; the memory URL's password is masked and none was given; the given
+            URL is not the run's.
+    """
     from coda.memory import open_memory_from_config
+    from coda.redact import has_redacted_password, redact_url
 
     cfg = load_run_config(run_dir)
+    stored = cfg.memory.url
+    if memory_url is not None:
+        if redact_url(memory_url) != redact_url(stored) and memory_url != stored:
+            raise RunDirError(f"--memory {redact_url(memory_url)} is not the memory of run '{run_dir}' "
+                              f"({redact_url(stored) or 'SQLite in the run directory'})")
+        cfg = cfg.model_copy(update={"memory": cfg.memory.model_copy(update={"url": memory_url})})
+    elif has_redacted_password(stored):
+        raise RunDirError(f"memory.url in {Path(run_dir) / 'config.yaml'} has its password masked ({stored}); "
+                          "give the URL again: coda run --resume RUN --memory URL")
     mem = open_memory_from_config(run_dir, cfg.memory)
     return RunContext(cfg=cfg, run_dir=run_dir, run_id=run_dir.name, memory=mem,
                       families=tuple(cfg.scene.families))

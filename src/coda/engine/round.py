@@ -142,14 +142,12 @@ def phase_diagnose(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], crit
 
 
 def diagnose_safely(critic: Any, episode: Any) -> Any:
-    """The critic's result for one episode, never an exception: an unavailable or failing critic, an answer of
-    the wrong type or about another episode all become a DiagnosisRejected with the reason (and are recorded).
+    """The critic's result for one episode, never an exception: an unavailable or failing critic (whatever it
+    raises), an answer of the wrong type or about another episode all become a DiagnosisRejected with the
+    reason (and are recorded). Only an interrupt (KeyboardInterrupt, SystemExit) passes through.
     """
-    from pydantic import ValidationError
-
     from coda.critic.base import CriticUnavailable
     from coda.critic.diagnosis import Diagnosis, DiagnosisRejected
-    from coda.errors import CodaError
 
     name = str(getattr(critic, "name", type(critic).__name__))
 
@@ -160,10 +158,10 @@ def diagnose_safely(critic: Any, episode: Any) -> Any:
         res = critic.diagnose(episode)
     except CriticUnavailable as e:
         return rejected(f"critic unavailable: {_first_line(e)}")
-    except (CodaError, ValidationError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - a critic is foreign code: any failure is a recorded rejection
         return rejected(f"critic failed: {type(e).__name__}: {_first_line(e)}")
     if not isinstance(res, (Diagnosis, DiagnosisRejected)):
-        return rejected(f"critic returned a {type(res).__name__}, not a Diagnosis or DiagnosisRejected", repr(res))
+        return rejected(f"critic returned a {type(res).__name__}, not a Diagnosis or DiagnosisRejected", repr(res)[:20_000])
     if res.episode_id is None:
         return res.model_copy(update={"episode_id": episode.episode_id})
     if res.episode_id != episode.episode_id:
@@ -173,7 +171,11 @@ def diagnose_safely(critic: Any, episode: Any) -> Any:
 
 
 def _first_line(e: BaseException) -> str:
-    return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+    try:
+        text = str(e)[:2000]
+    except Exception:  # noqa: BLE001 - an exception whose message cannot be built
+        text = ""
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
 
 
 def _critic_result(data: dict[str, Any]) -> Any:

@@ -28,11 +28,18 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy import event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from coda.redact import redact_bounded, redact_value
+
 if TYPE_CHECKING:
     from coda.scene.spec import ScenarioSpec
+
+# Text columns: a reason is one bounded line's worth, any other text (raw answers, descriptions) at most TEXT_LEN.
+REASON_LEN = 1000
+TEXT_LEN = 20_000
 
 # Names: identifiers short enough to be readable in `coda memory ls`, long enough for generated keys.
 NAME_LEN = 128
@@ -89,6 +96,23 @@ class Base(DeclarativeBase):
         names = dict.fromkeys(("id", *self.__natural_key__))  # ordered, without repeating `id`
         keys = ", ".join(f"{k}={getattr(self, k)!r}" for k in names)
         return f"{type(self).__name__}({keys})"
+
+
+@event.listens_for(Base, "before_insert", propagate=True)
+@event.listens_for(Base, "before_update", propagate=True)
+def _no_secret_no_unbounded_text(mapper: Any, connection: Any, target: Base) -> None:
+    """Before any record is written: secrets redacted in every text and JSON column, text cut to its bound."""
+    for col in target.__table__.columns:
+        value = getattr(target, col.key, None)
+        if value is None:
+            continue
+        if isinstance(col.type, Text) and isinstance(value, str):
+            limit = REASON_LEN if col.key.endswith("reason") else TEXT_LEN
+            setattr(target, col.key, redact_bounded(value, limit))
+        elif isinstance(col.type, JSON):
+            clean = redact_value(value)
+            if clean != value:
+                setattr(target, col.key, clean)
 
 
 class RecordMixin:
