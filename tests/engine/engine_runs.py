@@ -52,7 +52,8 @@ def round0() -> Path:
     if "round0" not in _RUNS:
         from coda.engine.loop import run, start_run
 
-        run(start_run(config("sft", 0), root() / "round0"), report=False)
+        with start_run(config("sft", 0), root() / "round0") as ctx:
+            run(ctx, report=False)
         _RUNS["round0"] = root() / "round0"
     return _RUNS["round0"]
 
@@ -63,7 +64,8 @@ def strategy_run(strategy: str) -> Path:
         from coda.engine.loop import run, start_run
 
         path = root() / strategy
-        run(start_run(config(strategy), path, from_round0=round0()), report=strategy == "coda")
+        with start_run(config(strategy), path, from_round0=round0()) as ctx:
+            run(ctx, report=strategy == "coda")
         _RUNS[strategy] = path
     return _RUNS[strategy]
 

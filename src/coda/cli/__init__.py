@@ -93,8 +93,11 @@ def run_command(
         ctx = start_run(cfg, run_dir, from_round0)
     configure_headless_gl(ctx.cfg.sim.gl_backend)  # before the simulator imports MuJoCo
     console.print(f"run directory: [bold]{ctx.run_dir}[/]")
-    result = run(ctx)
-    print_success_change(ctx)
+    try:
+        result = run(ctx)
+        print_success_change(ctx)
+    finally:
+        ctx.close()
     console.print(f"report: [bold]{result.run_dir / 'report.html'}[/]")
 
 

@@ -23,12 +23,51 @@ from coda.config import CodaConfig, dump_config, load_config_file
 from coda.errors import CodaError
 
 CONFIG_FILE = "config.yaml"
+LOCK_FILE = ".lock"
 KILL_ENV = "CODA_KILL_AT"
 KILL_POINTS = ("start", "commit")
 
 
 class RunDirError(CodaError):
     """A run directory is missing, already used, or inconsistent with the requested run."""
+
+
+class RunDirLock:
+    """The one writer of a run directory: an exclusive `flock` on `RUN/.lock`, holding the writer's pid.
+
+    The operating system releases it when the holder exits, however it exits (a killed run can be resumed at
+    once); a second writer is refused at once, with the holder's pid.
+
+    Raises:
+        RunDirError: another process holds the lock.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        import fcntl
+
+        self.path = Path(run_dir) / LOCK_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self._fd)
+            self._fd = None
+            raise RunDirError(f"run directory '{run_dir}' is in use by process {holder} (lock {self.path}); "
+                              "wait for it to finish or stop it, then --resume") from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Give the lock up (closing the file releases it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def new_run_dir(cfg: CodaConfig, root: str | Path | None = None, name: str | None = None) -> Path:
@@ -67,6 +106,7 @@ class RunContext:
     memory: Any  # coda.memory.Memory
     console: Console = field(default_factory=Console)
     families: tuple[str, ...] = ()
+    lock: RunDirLock | None = field(default=None, repr=False)  # held while this process writes the run
     _backend: Any = field(default=None, repr=False)
     _started: dict[tuple[int, str], dt.datetime] = field(default_factory=dict, repr=False)
 
@@ -93,6 +133,18 @@ class RunContext:
 
     def rel(self, path: Path) -> str:
         return path.relative_to(self.run_dir).as_posix()
+
+    def close(self) -> None:
+        """Close the memory and release the run directory's lock."""
+        self.memory.close()
+        if self.lock is not None:
+            self.lock.release()
+
+    def __enter__(self) -> "RunContext":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def pending(self, round_idx: int, phase: str) -> bool:
         """Whether that phase of that round still has to run (it has no commit marker)."""

@@ -34,8 +34,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from coda.config import CodaConfig
 from coda.engine.backend import RoundBackend
-from coda.engine.context import RunContext, RunDirError, load_run_config, new_run_dir, write_config
+from coda.engine.context import (
+    LOCK_FILE,
+    RunContext,
+    RunDirError,
+    RunDirLock,
+    load_run_config,
+    new_run_dir,
+    write_config,
+)
 from coda.engine.rollout import Rollout, evaluate_checkpoint
+from coda.errors import CodaError
 from coda.scene.spec import ScenarioSpec
 
 EVAL_SPLITS = RoundBackend.eval_splits  # the tabletop's; a backend names its own (`ctx.backend.eval_splits`)
@@ -233,10 +242,14 @@ def start_run(cfg: CodaConfig, run_dir: Path | None = None, from_round0: Path | 
     STRATEGIES.get(cfg.engine.strategy)  # an unknown name fails before anything is written
     if from_round0 is not None:
         check_source(Path(from_round0), cfg)
-    if run_dir is not None and run_dir.exists() and any(run_dir.iterdir()):
+    if run_dir is not None and run_dir.exists() and any(p.name != LOCK_FILE for p in run_dir.iterdir()):
         raise RunDirError(f"run directory '{run_dir}' already exists and is not empty; use --resume to continue it")
     run_dir = run_dir or new_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunDirLock(run_dir)
+    if (run_dir / "config.yaml").exists():  # another process started it between the check and the lock
+        lock.release()
+        raise RunDirError(f"run directory '{run_dir}' already exists and is not empty; use --resume to continue it")
     write_config(cfg, run_dir)
     if from_round0 is not None:
         write_source(run_dir, Path(from_round0))
@@ -244,7 +257,8 @@ def start_run(cfg: CodaConfig, run_dir: Path | None = None, from_round0: Path | 
     run_id = run_dir.name
     mem.create_run(run_id, config=cfg.model_dump(mode="json"), seed=cfg.engine.seed,
                    strategy=cfg.engine.strategy, exist_ok=True)
-    return RunContext(cfg=cfg, run_dir=run_dir, run_id=run_id, memory=mem, families=tuple(cfg.scene.families))
+    return RunContext(cfg=cfg, run_dir=run_dir, run_id=run_id, memory=mem, families=tuple(cfg.scene.families),
+                      lock=lock)
 
 
 def resume_run(run_dir: Path, memory_url: str | None = None) -> RunContext:
@@ -271,9 +285,23 @@ def resume_run(run_dir: Path, memory_url: str | None = None) -> RunContext:
     elif has_redacted_password(stored):
         raise RunDirError(f"memory.url in {Path(run_dir) / 'config.yaml'} has its password masked ({stored}); "
                           "give the URL again: coda run --resume RUN --memory URL")
-    mem = open_memory_from_config(run_dir, cfg.memory)
+    run_dir = Path(run_dir).resolve()
+    lock = RunDirLock(run_dir)
+    try:
+        # The run must be in its memory under the directory's name: a renamed directory or a memory file that
+        # went missing would otherwise start again from round 0.
+        mem = open_memory_from_config(run_dir, cfg.memory, create=False)
+        try:
+            mem.get_run(run_dir.name)
+        except CodaError as e:
+            mem.close()
+            raise RunDirError(f"cannot resume '{run_dir}': {e} (a run's memory names it after its directory; "
+                              "was the directory renamed?)") from None
+    except BaseException:
+        lock.release()
+        raise
     return RunContext(cfg=cfg, run_dir=run_dir, run_id=run_dir.name, memory=mem,
-                      families=tuple(cfg.scene.families))
+                      families=tuple(cfg.scene.families), lock=lock)
 
 
 def run(ctx: RunContext, *, report: bool = True) -> RunResult:

@@ -19,6 +19,7 @@ makes no request. It shows
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def build_report(memory: Any, run_id: str, run_dir: Path, path: Path | None = No
     html_text = render_report(data, run_dir, options)
     path = Path(path) if path is not None else Path(run_dir) / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(html_text, encoding="utf-8")
     tmp.replace(path)
     return path

@@ -95,10 +95,11 @@ def open_memory(
     return Memory(engine, where, run_dir, readonly, read_options)
 
 
-def open_memory_from_config(run_dir: str | Path, cfg: "MemoryConfig", *, readonly: bool = False) -> Memory:
+def open_memory_from_config(run_dir: str | Path, cfg: "MemoryConfig", *, readonly: bool = False,
+                            create: bool = True) -> Memory:
     """`open_memory` with the URL and timeouts of a MemoryConfig section."""
     return open_memory(
-        run_dir, cfg.url, cfg.connect_timeout_s, busy_timeout_s=cfg.busy_timeout_s, readonly=readonly
+        run_dir, cfg.url, cfg.connect_timeout_s, busy_timeout_s=cfg.busy_timeout_s, readonly=readonly, create=create
     )
 
 

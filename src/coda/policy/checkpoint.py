@@ -47,7 +47,7 @@ def save_checkpoint(policy: ChunkPolicy, path: str | Path, meta: Mapping[str, An
     data = buf.getvalue()
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
+    tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")  # two writers never share a temporary file
     with open(tmp, "wb") as f:
         f.write(MAGIC + hashlib.sha256(data).digest() + data)
         f.flush()
