@@ -40,12 +40,12 @@ def _phases_before(point: str) -> list[tuple[int, str]]:
     return order[: order.index((int(r), phase))]
 
 
-def test_run_killed_in_phases_and_resumed_matches_the_uninterrupted_run(tmp_path: Path) -> None:
-    reference = E.memory_contents(E.strategy_run("coda"))
-    run_dir = tmp_path / "killed"
+def _killed_and_resumed(run_dir: Path, settings: list[str]) -> None:
+    """`coda run` with `settings`, SIGKILLed at each of KILLS in turn (each resume killed at the next), then
+    resumed to the end."""
     env = {k: v for k, v in os.environ.items() if k != KILL_ENV}
     start = ["run", "--preset", "tiny", "--family", E.FAMILY, "--run-dir", str(run_dir)]
-    start += [a for s in E.settings("coda") for a in ("--set", s)]
+    start += [a for s in settings for a in ("--set", s)]
     for i, point in enumerate(KILLS):
         args = start if i == 0 else ["run", "--resume", str(run_dir)]
         proc = E.coda_cli(*args, env={**env, KILL_ENV: point})
@@ -55,12 +55,37 @@ def test_run_killed_in_phases_and_resumed_matches_the_uninterrupted_run(tmp_path
     assert (run_dir / "checkpoints" / "round_001.pt").is_file()  # the killed train phase had written its files
     proc = E.coda_cli("run", "--resume", str(run_dir), env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    resumed = E.memory_contents(run_dir)
-    for kind in reference:
-        assert resumed[kind] == reference[kind], f"{kind} records differ after kills at {KILLS}"
     with E.open_run(run_dir) as mem:
         assert mem.get_run(run_dir.name).status == "done"
     assert not list(run_dir.rglob("*.partial"))
+
+
+def test_run_killed_in_phases_and_resumed_matches_the_uninterrupted_run(tmp_path: Path) -> None:
+    reference = E.memory_contents(E.strategy_run("coda"))
+    run_dir = tmp_path / "killed"
+    _killed_and_resumed(run_dir, E.settings("coda"))
+    resumed = E.memory_contents(run_dir)
+    for kind in reference:
+        assert resumed[kind] == reference[kind], f"{kind} records differ after kills at {KILLS}"
+
+
+def test_with_the_minilm_text_model_a_resumed_run_is_bit_identical(tmp_path: Path) -> None:
+    """The default text model: embeddings computed in a resumed process (other strings, other order) must be
+    the ones the uninterrupted run computed, so records, artifacts (sha256) and weights match exactly."""
+    settings = [s for s in E.settings("coda") if not s.startswith("policy.text_model=")]
+    assert "policy.text_model=minilm" not in settings
+    reference_dir = tmp_path / "minilm-reference"
+    args = ["run", "--preset", "tiny", "--family", E.FAMILY, "--run-dir", str(reference_dir)]
+    proc = E.coda_cli(*args, *[a for s in settings for a in ("--set", s)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from coda.config import load_config_file
+
+    assert load_config_file(reference_dir / "config.yaml").policy.text_model == "minilm"
+    run_dir = tmp_path / "minilm-killed"
+    _killed_and_resumed(run_dir, settings)
+    reference, resumed = E.memory_contents(reference_dir), E.memory_contents(run_dir)
+    for kind in reference:
+        assert resumed[kind] == reference[kind], f"{kind} records differ after kills at {KILLS}"
 
 
 def test_kill_hook_fires_only_at_its_point_and_rejects_a_malformed_value(monkeypatch: pytest.MonkeyPatch) -> None:

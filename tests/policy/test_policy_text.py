@@ -29,6 +29,45 @@ def test_cache_returns_identical_rows_and_counts_distinct_strings(minilm) -> Non
     np.testing.assert_array_equal(minilm.encode(["a green ball"])[0], a[0])
 
 
+def test_minilm_embeddings_do_not_depend_on_the_batch() -> None:
+    """A string embeds to the same bits alone, among others, or in another order (resume sees the same)."""
+    from coda.policy.text import TextEncoder
+
+    target = "place the crimson cube onto the azure plate"
+    others = ["a", "stack the small green block on the large yellow block please, carefully and slowly", "tray"]
+    alone, crowd, reordered = TextEncoder(), TextEncoder(), TextEncoder()
+    a = alone.encode([target])[0]
+    b = crowd.encode([*others, target])[-1]
+    c = reordered.encode([target, *reversed(others)])[0]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+    ta = alone.encode_tokens([target])[0]
+    tb = crowd.encode_tokens([*others, target])[-1]
+    np.testing.assert_array_equal(ta, tb)
+
+
+def test_minilm_embeddings_do_not_depend_on_threads_and_loading_leaves_the_rng_alone() -> None:
+    import torch
+
+    from coda.policy.text import TextEncoder
+
+    target = "put the small yellow cylinder into the left drawer"
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        torch.manual_seed(7)
+        two = TextEncoder().encode([target])[0]
+        after_load = torch.rand(3)
+        torch.set_num_threads(1)
+        torch.manual_seed(7)
+        one = TextEncoder().encode([target])[0]
+    finally:
+        torch.set_num_threads(threads)
+    torch.manual_seed(7)
+    np.testing.assert_array_equal(one, two)
+    assert torch.equal(after_load, torch.rand(3))  # building the model drew nothing from the global generator
+
+
 def test_disk_cache_round_trip_and_model_check(tmp_path: Path) -> None:
     f = tmp_path / "text.npz"
     enc = HashingTextEncoder(cache_file=f)

