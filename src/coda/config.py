@@ -8,13 +8,14 @@ Every run writes the resolved configuration to `config.yaml` in its run director
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from coda.bench.config import BenchConfig
 from coda.config_base import Section
@@ -44,22 +45,63 @@ class CodaConfig(Section):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)  # executors
     bench: BenchConfig = Field(default_factory=BenchConfig)  # benchmarks
 
+    @model_validator(mode="after")
+    def _families_of_the_backend(self) -> "CodaConfig":
+        if self.sim.backend == "libero":
+            from coda.sim.libero.scenario import BASE_SUITES as known
+        else:
+            from coda.scene.spec import FAMILIES as known
+        unknown = [f for f in self.scene.families if f not in known]
+        if unknown:
+            raise ValueError(f"scene.families = {list(self.scene.families)}: {unknown} are not families of the "
+                             f"{self.sim.backend} backend. Available: {list(known)}")
+        return self
+
+
+MAX_VALUES = 100_000  # values a config file or override may hold, counting every use of a YAML alias
+MAX_ERROR = 2000  # characters of a config error
+
+
+def short_repr(value: Any) -> str:
+    """A bounded one-line repr of a config value (however large or deep the value is)."""
+    return " ".join(_REPR.repr(value).split())[:200]
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 80, 80, 6, 6, 3
+
+
+def _check_size(data: Any, where: str) -> None:
+    """Refuse data with more than MAX_VALUES values (YAML aliases expand: a small file can hold billions)."""
+    stack, seen = [data], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise ConfigError(f"{where} holds more than {MAX_VALUES} values (YAML aliases expanded?)")
+        if isinstance(node, Mapping):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+
 
 def _format_validation_error(err: ValidationError, data: Mapping[str, Any]) -> str:
     parts = []
-    for e in err.errors():
+    for e in err.errors()[:10]:
         loc = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
-            parts.append(f"unknown key '{loc}' (value {e['input']!r})")
+            parts.append(f"unknown key '{loc}' (value {short_repr(e['input'])})")
         elif e["type"] == "missing":
             parts.append(f"missing key '{loc}'")
         else:
-            where = f"'{loc}'" if loc else "config"
             msg = e["msg"].removeprefix("Value error, ")
+            if not loc:  # a rule over several fields: the message names them
+                parts.append(msg)
+                continue
             value = e.get("input")
-            shown = "" if isinstance(value, Mapping) else f" = {value!r}"
-            parts.append(f"{where}{shown}: {msg}")
-    return "invalid config: " + "; ".join(parts)
+            shown = "" if isinstance(value, Mapping) else f" = {short_repr(value)}"
+            parts.append(f"'{loc}'{shown}: {msg}")
+    return ("invalid config: " + "; ".join(parts))[:MAX_ERROR]
 
 
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,12 +129,18 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file '{p}' does not exist")
-    text = p.read_text()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file '{p}' is not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r})") from None
+    except OSError as e:
+        raise ConfigError(f"config file '{p}' cannot be read: {e.strerror}") from None
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
+    except (json.JSONDecodeError, yaml.YAMLError, RecursionError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"config file '{p}' is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {first}") from None
+        raise ConfigError(f"config file '{p}' is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {first[:200]}") from None
+    _check_size(data, f"config file '{p}'")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -104,12 +152,14 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     """Parse `section.key=value` (value as YAML scalar/list). Raises ConfigError on bad syntax."""
     key, sep, raw = item.partition("=")
     key = key.strip()
+    shown = short_repr(item)
     if not sep or not key or any(not p for p in key.split(".")):
-        raise ConfigError(f"override '{item}' must look like section.key=value")
+        raise ConfigError(f"override {shown} must look like section.key=value")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        raise ConfigError(f"override '{item}': value {raw!r} is not a valid YAML scalar") from None
+    except (yaml.YAMLError, RecursionError):
+        raise ConfigError(f"override {shown}: value {short_repr(raw)} of '{key}' is not a valid YAML scalar") from None
+    _check_size(value, f"override of '{key}'")
     return key.split("."), value
 
 

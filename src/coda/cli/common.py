@@ -33,6 +33,9 @@ def one_line_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except CodaError as e:
             fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        except OSError as e:  # a file the command must read or write: say which and why
+            where = f" '{e.filename}'" if e.filename else ""
+            fail(f"cannot use{where}: {e.strerror or type(e).__name__}")
         except KeyboardInterrupt:
             err_console.print("interrupted")
             sys.exit(130)

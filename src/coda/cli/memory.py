@@ -107,7 +107,9 @@ def show(
         try:
             key = int(record_id)
         except ValueError:
-            raise QueryError(f"{model.__kind__} id {record_id!r} is invalid: expected an integer") from None
+            raise QueryError(f"{model.__kind__} id {record_id[:40]!r} is invalid: expected an integer") from None
+        if not -(2**63) <= key < 2**63:
+            raise QueryError(f"{model.__kind__} id {record_id[:40]} is out of range: ids are 64-bit integers")
     with _open(run_dir, memory) as mem:
         record = mem.get(model, key)
     typer.echo(json.dumps(record.to_dict(), indent=2, default=str))
@@ -125,13 +127,14 @@ def sql(
     memory: MemoryOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print rows as a JSON list of objects")] = False,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="print at most this many rows")] = 1000,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="stop the statement after this many seconds")] = 30.0,
 ) -> None:
     """Run a read-only SQL query; writes are refused and parameters are bound, never pasted into the text."""
     from coda.memory.query import parse_params, run_readonly_query
 
     params = parse_params(param or [])
     with _open(run_dir, memory) as mem:
-        result = run_readonly_query(mem, query, params, max_rows=max_rows)
+        result = run_readonly_query(mem, query, params, max_rows=max_rows, timeout_s=timeout)
     if as_json:
         typer.echo(json.dumps([dict(zip(result.columns, row)) for row in result.rows], indent=2, default=str))
         return

@@ -82,7 +82,7 @@ def render(
     out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write")],
     index: Annotated[int, typer.Option("--index", "-i", help="scene index")] = 0,
     camera: Annotated[str, typer.Option("--camera", help="front | wrist")] = "front",
-    size: Annotated[int, typer.Option("--size", help="image width and height in pixels")] = 256,
+    size: Annotated[int, typer.Option("--size", min=16, max=4096, help="image width and height in pixels")] = 256,
 ) -> None:
     """Render the initial state of one scene to a PNG."""
     written = render_scene(_scene(path, index), out, camera=camera, size=size)

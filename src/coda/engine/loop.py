@@ -222,6 +222,24 @@ def success_table(ctx: RunContext, round_idx: int, phase: str = "measure") -> di
 
 # ---- the run ----------------------------------------------------------------------------------------
 
+def check_names(cfg: CodaConfig) -> None:
+    """Every registered name the configuration uses (strategy, critics) exists.
+
+    Raises:
+        ConfigError: naming the field, the value and the names available.
+    """
+    from coda.critic.base import CRITICS
+    from coda.engine.strategies import STRATEGIES
+    from coda.errors import ConfigError
+
+    for field, registry, name in (("engine.strategy", STRATEGIES, cfg.engine.strategy),
+                                  ("critic.name", CRITICS, cfg.critic.name),
+                                  ("critic.fallback", CRITICS, cfg.critic.fallback),
+                                  ("critic.noisy_base", CRITICS, cfg.critic.noisy_base)):
+        if name is not None and name not in registry:
+            raise ConfigError(f"{field} = {name!r} is not registered. Available: {sorted(registry)}")
+
+
 def start_run(cfg: CodaConfig, run_dir: Path | None = None, from_round0: Path | None = None) -> RunContext:
     """Create a run directory (or use the given empty one), write the resolved config, open memory.
 
@@ -233,13 +251,12 @@ def start_run(cfg: CodaConfig, run_dir: Path | None = None, from_round0: Path | 
     Raises:
         RunDirError: the run directory is not empty, or `from_round0` has no committed round 0 made with the
             same round-0 settings.
-        RegistryError: unknown strategy.
+        ConfigError: an unknown strategy or critic name.
     """
     from coda.engine.fork import check_source, write_source
-    from coda.engine.strategies import STRATEGIES
     from coda.memory import open_memory_from_config
 
-    STRATEGIES.get(cfg.engine.strategy)  # an unknown name fails before anything is written
+    check_names(cfg)  # an unknown name fails before anything is written
     if from_round0 is not None:
         check_source(Path(from_round0), cfg)
     if run_dir is not None and run_dir.exists() and any(p.name != LOCK_FILE for p in run_dir.iterdir()):

@@ -9,6 +9,7 @@ bound by the driver (`:name` placeholders), never formatted into the text, so a 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,9 @@ class QueryResult:
     truncated: bool  # more rows existed than max_rows
 
 
+INT64 = (-(2**63), 2**63 - 1)  # what a database integer holds
+
+
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
     """Parse `name=value` items into bind parameters.
 
@@ -55,6 +59,8 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
         try:
             if typ == "int" or (typ is None and _INT_RE.match(raw)):
                 out[name] = int(raw)
+                if not INT64[0] <= out[name] <= INT64[1]:
+                    raise QueryError(f"--param '{name}' = {raw[:40]}: integers must lie in [{INT64[0]}, {INT64[1]}]")
             elif typ == "float" or (typ is None and _FLOAT_RE.match(raw)):
                 out[name] = float(raw)
             else:
@@ -133,7 +139,8 @@ def _is_write_refusal(e: DBAPIError) -> bool:
 
 
 def run_readonly_query(
-    memory: Memory, sql: str, params: Mapping[str, Any] | None = None, *, max_rows: int = 1000
+    memory: Memory, sql: str, params: Mapping[str, Any] | None = None, *, max_rows: int = 1000,
+    timeout_s: float = 30.0,
 ) -> QueryResult:
     """Run one read statement with bound parameters in a read-only transaction that is rolled back.
 
@@ -142,15 +149,20 @@ def run_readonly_query(
         sql: one SELECT / WITH / VALUES / EXPLAIN / PRAGMA / SHOW / TABLE statement with `:name` placeholders.
         params: values for the placeholders.
         max_rows: keep at most this many rows (`truncated` says whether more existed).
+        timeout_s: the statement is cancelled after this long (SQLite: a progress handler; PostgreSQL:
+            `statement_timeout`).
 
     Returns:
         QueryResult with column names and rows.
 
     Raises:
         ReadOnlyQueryError: the statement writes (refused before or by the database; nothing is changed).
-        QueryError: a placeholder without a value, a value without a placeholder, or a database error.
+        QueryError: a placeholder without a value, a value without a placeholder, the timeout, or a database
+            error.
     """
     params = dict(params or {})
+    if not timeout_s > 0:
+        raise QueryError(f"timeout_s = {timeout_s}: must be > 0")
     if max_rows < 1:
         raise QueryError(f"max_rows = {max_rows}: must be >= 1")
     stmt_text = check_read_statement(sql)
@@ -163,13 +175,19 @@ def run_readonly_query(
     if unused:
         raise QueryError(f"--param '{unused[0]}' is not used by the statement (placeholders: {sorted(wanted)})")
     engine = memory.read_engine
+    deadline = time.monotonic() + timeout_s
     try:
         with engine.connect() as conn:
+            raw = None
             try:
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql("PRAGMA query_only = ON")
+                    raw = conn.connection.dbapi_connection
+                    # a non-zero return aborts the statement ("interrupted"): checked every 10 000 VM steps
+                    raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
                 else:
                     conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+                    conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
                 result = conn.execute(stmt, params)
                 if not result.returns_rows:
                     return QueryResult(columns=[], rows=[], truncated=False)
@@ -177,10 +195,14 @@ def run_readonly_query(
                 rows = [tuple(r) for r in result.fetchmany(max_rows + 1)]
                 return QueryResult(columns=columns, rows=rows[:max_rows], truncated=len(rows) > max_rows)
             finally:
+                if raw is not None:
+                    raw.set_progress_handler(None, 0)
                 conn.rollback()
                 if conn.dialect.name == "sqlite":
                     conn.invalidate()  # query_only stays set on the connection: keep it out of the pool
     except DBAPIError as e:
+        if time.monotonic() > deadline or "statement timeout" in str(e) or "canceling statement" in str(e):
+            raise QueryError(f"query stopped after its time limit of {timeout_s:g}s") from None
         if _is_write_refusal(e):
             raise ReadOnlyQueryError(f"coda memory sql is read-only; the database refused: {first_line(e)}") from None
         raise QueryError(f"query failed: {first_line(e)}") from None

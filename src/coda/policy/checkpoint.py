@@ -29,6 +29,7 @@ from coda.policy.text import TextEmbedder, TextEncoderError, text_encoder_for
 MAGIC = b"CODAPOL\x01"
 FORMAT = "coda-policy"
 FORMAT_VERSION = 1
+REQUIRED = {"architecture": dict, "config": dict, "text_model_id": str, "state_dict": dict, "meta": dict}
 
 
 def save_checkpoint(policy: ChunkPolicy, path: str | Path, meta: Mapping[str, Any] | None = None) -> Path:
@@ -83,6 +84,13 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint '{p}' field 'format' must be '{FORMAT}'")
     if payload.get("version") != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint '{p}' field 'version' = {payload.get('version')!r}, this CoDA reads {FORMAT_VERSION}")
+    for field, kind in REQUIRED.items():
+        if not isinstance(payload.get(field), kind):
+            got = type(payload.get(field)).__name__ if field in payload else "missing"
+            raise CheckpointError(f"checkpoint '{p}' field '{field}' must be a {kind.__name__}, got {got}")
+    bad = [k for k, v in payload["state_dict"].items() if not isinstance(v, torch.Tensor) or not torch.isfinite(v).all()]
+    if bad:
+        raise CheckpointError(f"checkpoint '{p}' has non-finite or non-tensor weights: {bad[:3]}")
     return payload
 
 

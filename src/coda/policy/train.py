@@ -197,10 +197,13 @@ def _stop(
     meta: Mapping[str, Any],
 ) -> None:
     kept = ""
-    if ckpt is not None:
+    finite = all(bool(torch.isfinite(p).all()) for p in policy.state_dict().values())
+    if ckpt is not None and finite:
         # the optimizer has not stepped on this batch: the weights in memory are the last good ones
         save_checkpoint(policy, ckpt, {**meta, "step": step - 1, "stopped": f"{what} at step {step}"})
         kept = f"; last good weights (step {step - 1}) kept in '{ckpt}'"
+    elif not finite:
+        kept = "; the weights are non-finite already, so no checkpoint was written"
     parts = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
     raise TrainingError(f"training stopped at step {step}: {what} ({parts}); batch: {batch_statistics(batch)}{kept}")
 

@@ -12,8 +12,10 @@ The workspace is |x| <= 0.30, |y| <= 0.30 (see `WORKSPACE`).
 from __future__ import annotations
 
 import hashlib
+import math
+import string
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -56,8 +58,18 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-Vec2 = tuple[float, float]
-Vec3 = tuple[float, float, float]
+# Characters an instruction may hold (the observation's text space).
+TEXT_CHARSET = frozenset(string.ascii_letters + string.digits + string.punctuation + " ")
+
+# Every number of a scene is finite, and every place lies on the table, before any simulator sees it.
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Coord = Annotated[float, Field(allow_inf_nan=False, ge=WORKSPACE[0], le=WORKSPACE[1])]  # the workspace is square
+Yaw = Annotated[float, Field(allow_inf_nan=False, ge=-2 * math.pi, le=2 * math.pi)]  # radians
+MIN_EXTENT = 0.005  # metres: smaller bodies have no mass or inertia the simulator can integrate
+Extent = Annotated[float, Field(allow_inf_nan=False, ge=MIN_EXTENT, le=0.3)]  # a half extent, metres
+Vec2 = tuple[Finite, Finite]
+Vec3 = tuple[Finite, Finite, Finite]
+Pos2 = tuple[Coord, Coord]  # (x, y) inside WORKSPACE
 
 
 class ObjectSpec(_Frozen):
@@ -67,10 +79,10 @@ class ObjectSpec(_Frozen):
     shape: ObjectShape  # primitive type
     size: Vec3  # half extents (box: x, y, z; cylinder: r, r, half-height; sphere: r, r, r), metres
     color: str  # a PALETTE name
-    mass: float = Field(0.1, gt=0, le=5.0)  # kg
-    friction: float = Field(1.0, gt=0, le=5.0)  # sliding friction coefficient
-    pos: Vec2  # (x, y) of the centre on the table; z follows from the size (resting on the table)
-    yaw: float = 0.0  # rotation about z, radians
+    mass: float = Field(0.1, ge=0.001, le=5.0)  # kg
+    friction: float = Field(1.0, ge=0.001, le=5.0)  # sliding friction coefficient
+    pos: Pos2  # (x, y) of the centre on the table; z follows from the size (resting on the table)
+    yaw: Yaw = 0.0  # rotation about z, radians
     on: str | None = None  # name of an object it starts stacked on (z follows); None = on the table
 
     @field_validator("color")
@@ -83,8 +95,8 @@ class ObjectSpec(_Frozen):
     @field_validator("size")
     @classmethod
     def _positive_size(cls, v: Vec3) -> Vec3:
-        if any(s <= 0 or s > 0.2 for s in v):
-            raise ValueError(f"half extents {v} must be in (0, 0.2] m")
+        if not all(MIN_EXTENT <= s <= 0.2 for s in v):
+            raise ValueError(f"half extents {v} must be in [{MIN_EXTENT}, 0.2] m")
         return v
 
 
@@ -93,10 +105,10 @@ class ContainerSpec(_Frozen):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     kind: ContainerKind
-    size: Vec3  # inner half extents (x, y) and wall half-height (z), metres
+    size: tuple[Extent, Extent, Extent]  # inner half extents (x, y) and wall half-height (z), metres
     color: str
-    pos: Vec2
-    yaw: float = 0.0
+    pos: Pos2
+    yaw: Yaw = 0.0
 
     _known_color = field_validator("color")(ObjectSpec._known_color.__func__)  # type: ignore[attr-defined]
 
@@ -106,11 +118,11 @@ class DrawerSpec(_Frozen):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     color: str
-    pos: Vec2  # centre of the cabinet footprint
-    yaw: float = 0.0  # 0 = drawer opens towards -x (towards the robot)
+    pos: Pos2  # centre of the cabinet footprint
+    yaw: Yaw = 0.0  # 0 = drawer opens towards -x (towards the robot)
     travel: float = Field(0.15, gt=0.02, le=0.3)  # full opening distance, metres
     fraction: float = Field(0.0, ge=0, le=1)  # initial opening fraction
-    damping: float = Field(2.0, ge=0)  # slide joint damping
+    damping: float = Field(2.0, ge=0, le=100)  # slide joint damping
 
     _known_color = field_validator("color")(ObjectSpec._known_color.__func__)  # type: ignore[attr-defined]
 
@@ -119,8 +131,8 @@ class RegionSpec(_Frozen):
     """A marked rectangular goal region drawn on the table (for push)."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    center: Vec2
-    half: Vec2  # half extents (x, y), metres
+    center: Pos2
+    half: tuple[Extent, Extent]  # half extents (x, y), metres
     color: str
 
     _known_color = field_validator("color")(ObjectSpec._known_color.__func__)  # type: ignore[attr-defined]
@@ -151,14 +163,14 @@ class GoalPredicate(_Frozen):
 
 
 class PhysicsSpec(_Frozen):
-    friction_scale: float = Field(1.0, gt=0, le=5)  # multiplies every object's friction
-    mass_scale: float = Field(1.0, gt=0, le=10)  # multiplies every object's mass
-    gravity: float = Field(9.81, gt=0, le=20)  # m/s^2
+    friction_scale: float = Field(1.0, ge=0.01, le=5)  # multiplies every object's friction
+    mass_scale: float = Field(1.0, ge=0.01, le=10)  # multiplies every object's mass
+    gravity: float = Field(9.81, ge=0.1, le=20)  # m/s^2
 
 
 class RobotStart(_Frozen):
-    pos: Vec3 = (-0.25, 0.0, 0.25)  # gripper site position at reset, metres
-    yaw: float = 0.0
+    pos: tuple[Coord, Coord, Annotated[float, Field(allow_inf_nan=False, gt=0, le=0.6)]] = (-0.25, 0.0, 0.25)  # gripper site at reset, metres
+    yaw: Yaw = 0.0
     grip: float = Field(1.0, ge=0, le=1)  # 1 = open, 0 = closed
 
 
@@ -185,6 +197,14 @@ class ScenarioSpec(_Frozen):
     robot: RobotStart = Field(default_factory=RobotStart)
     seed: int = 0
     provenance: Provenance = Field(default_factory=Provenance)
+
+    @field_validator("instruction")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        bad = sorted(set(v) - TEXT_CHARSET)
+        if bad:
+            raise ValueError(f"has characters outside letters, digits, punctuation and space: {bad[:8]}")
+        return v
 
     @field_validator("schema_version")
     @classmethod
@@ -289,8 +309,8 @@ def format_validation_error(what: str, err: ValidationError) -> str:
             parts.append(f"{what}: {msg}")
         else:
             val = e.get("input")
-            shown = "" if isinstance(val, (dict, list)) else f" = {val!r}"
-            parts.append(f"{what} field '{loc}'{shown}: {msg}")
-    return "; ".join(parts)
+            shown = "" if isinstance(val, (dict, list)) else f" = {' '.join(repr(val)[:120].split())}"
+            parts.append(f"{what} field '{loc}'{shown}: {msg[:300]}")
+    return "; ".join(parts[:10])[:2000]
 
 

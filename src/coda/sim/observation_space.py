@@ -4,12 +4,10 @@ two widths, so the gymnasium space and the text check live here."""
 
 from __future__ import annotations
 
-import string
-
 import numpy as np
 from gymnasium import spaces
 
-CHARSET = frozenset(string.ascii_letters + string.digits + string.punctuation + " ")
+from coda.scene.spec import TEXT_CHARSET as CHARSET
 
 
 def observation_space(proprio_dim: int, entity_dim: int, max_entities: int, max_text: int) -> spaces.Dict:

@@ -17,6 +17,7 @@ from coda.engine.backend import backend_for  # noqa: E402
 from coda.engine.loop import start_run  # noqa: E402
 from coda.engine.round import ProbeEpisode  # noqa: E402
 from coda.engine.strategies import STRATEGIES, candidate_stream, phase_compile  # noqa: E402
+from coda.errors import ConfigError  # noqa: E402
 from coda.policy.data import DemoDataset, corrective_episode  # noqa: E402
 from coda.sim.libero import suites as S  # noqa: E402
 from coda.sim.libero.errors import LiberoError  # noqa: E402
@@ -60,8 +61,8 @@ def test_round_zero_trains_on_sampled_placements_and_evaluates_the_official_pro_
         assert [(s.task_id, s.init_state) for s in scenes[9:12]] == [(9, 0), (0, 1), (1, 1)]
     with pytest.raises(ValueError, match="physics"):
         backend.build_split("libero_object", "physics", "physics", 2, seed=0)
-    with pytest.raises(LiberoError, match=r"scene.families = \['pick_place'\]"):
-        backend_for(build_config("libero", overrides=["scene.families=[pick_place]"]))
+    with pytest.raises(ConfigError, match=r"scene.families = \['pick_place'\]: \['pick_place'\] are not families of the libero"):
+        build_config("libero", overrides=["scene.families=[pick_place]"])  # refused with the config, before any run
 
 
 def test_generation_streams_are_seeded_edits_of_base_tasks(tmp_path: Path) -> None:

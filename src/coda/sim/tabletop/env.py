@@ -277,7 +277,9 @@ class TabletopEnv(gym.Env):
 
         scene = self._need_scene()
         assert self._data is not None
-        px = int(size or self.config.render_size)
+        if size is not None and not 16 <= size <= 4096:
+            raise EnvError(f"render size = {size}: must be in [16, 4096] pixels")
+        px = int(size if size is not None else self.config.render_size)
         renderer = self._renderers.get(px)
         if renderer is None:
             from coda.sim.tabletop.render import make_renderer
