@@ -36,7 +36,7 @@ def small_spec(x: float = 0.1) -> ScenarioSpec:
         family="pick_place",
         objects=(ObjectSpec(name="obj0", shape="box", size=(0.02, 0.02, 0.02), color="red", pos=(x, 0.0)),),
         containers=(ContainerSpec(name="tray", kind="tray", size=(0.08, 0.08, 0.02), color="gray", pos=(0.0, 0.15)),),
-        instruction="put the red box in the tray — «vite»",
+        instruction="put the red box in the tray",
         goal=(GoalPredicate(name="in", args=("obj0", "tray")),),
         seed=7,
     )
@@ -66,7 +66,7 @@ def write_all_kinds(mem) -> dict[str, list]:  # type: ignore[no-untyped-def]
     with mem.phase(RUN, 0, "diagnose") as tx:
         d1 = tx.add(Diagnosis(episode_id=ep.id, critic="privileged", data={"mode": "far_left", "stage": "reach"},
                               raw='{"mode": "far_left"}', accepted=True))
-        d2 = tx.add(Diagnosis(episode_id=ep.id, critic="openai", data=None, raw="I think it failed?",
+        d2 = tx.add(Diagnosis(episode_id=ep.id, critic="openai", data=None, raw="I think it failed — «vite»?",
                               accepted=False, reason="answer is not JSON"))
         out["diagnosis"] += [d1, d2]
     with mem.phase(RUN, 0, "verify") as tx:

@@ -66,8 +66,7 @@ def test_a_memory_url_password_is_kept_out_of_the_run_and_resume_asks_for_it(pg_
     assert url is not None and password in url, schema_url
     cfg = build_config("tiny", overrides=[f"memory.url={url}"])
     run_dir = tmp_path / "pw-run"
-    ctx = start_run(cfg, run_dir)
-    ctx.memory.close()
+    start_run(cfg, run_dir).close()
     assert password not in (run_dir / "config.yaml").read_text()
     with open_memory(run_dir, url, readonly=True) as mem:
         assert password not in str(mem.get_run("pw-run").config) and password not in repr(mem)

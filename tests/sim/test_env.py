@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from coda.scene.spec import SpecError
 from coda.sim.config import SimConfig
 from coda.sim.tabletop.env import EnvError, TabletopEnv
 from coda.sim.tabletop.experts import expert_for
@@ -129,8 +130,8 @@ def test_bad_reset_inputs_raise_named_errors(scenes):
         env.reset(options={"spec": "pick_place"})
     with pytest.raises(ObservationError, match="sim.max_entities \\(2\\)"):
         TabletopEnv(scenes.pick_place(), SimConfig(max_entities=2)).reset()
-    with pytest.raises(ObservationError, match="charset"):
-        TabletopEnv(scenes.pick_place().replace(instruction="put the cube in the tray \u2192 now")).reset()
+    with pytest.raises(SpecError, match="'instruction' = 'put the cube in the tray \u2192 now': has characters outside"):
+        scenes.pick_place().replace(instruction="put the cube in the tray \u2192 now")  # refused before any env
 
 
 def test_sampler_draws_a_new_scene_per_seed():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from coda.scene.spec import ContainerSpec, GoalPredicate, ObjectSpec
 from coda.sim.tabletop.validity import check_validity
 
@@ -31,7 +33,11 @@ def test_overlapping_fixtures_are_interpenetration(scenes):
 
 
 def test_object_outside_the_workspace(scenes):
-    r = check_validity(scenes.pick_place(pos=(0.36, 0.0)), expert=False)
+    with pytest.raises(ValueError, match="less than or equal to 0.3"):
+        scenes.pick_place(pos=(0.36, 0.0))  # a centre off the table is refused by the scene itself
+    spec = scenes.pick_place()
+    off = spec.objects[0].model_copy(update={"pos": (0.36, 0.0)})  # model_copy skips validation: the check still holds
+    r = check_validity(spec.model_copy(update={"objects": (off, *spec.objects[1:])}), expert=False)
     assert r.reason == "out_of_workspace" and r.details["entity"] == "obj0"
 
 

@@ -10,7 +10,6 @@ from coda.config_base import Section
 
 
 class RuntimeConfig(Section):
-    executor: Literal["local", "ray"] = "local"  # where rollouts run
+    executor: Literal["local"] = "local"  # where parallel jobs run: local worker processes (no other executor yet)
     workers: int = Field(2, ge=1)  # parallel rollout processes
-    ray_address: str | None = None  # `ray://host:port` for a cluster; None starts a local one
     run_root: str = "runs"  # parent folder of run directories

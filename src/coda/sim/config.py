@@ -16,7 +16,6 @@ class SimConfig(Section):
     max_steps: int = Field(200, ge=1)  # episode horizon in control steps
     success_hold_steps: int = Field(10, ge=1, le=1000)  # control steps the goal must hold, nothing of it in the jaws, to end an episode in success
     render_size: int = Field(128, ge=16, le=1024)  # keyframe width and height (px)
-    cameras: tuple[str, ...] = ("front", "wrist")  # cameras rendered for keyframes
     gl_backend: Literal["egl", "osmesa", "auto"] = "auto"  # headless OpenGL backend for rendering
     max_entities: int = Field(10, ge=1, le=64)  # rows of the "objects" observation (entities per scene at most)
     max_text_length: int = Field(256, ge=16, le=4096)  # longest instruction or entity description observed
