@@ -11,7 +11,8 @@ import torch
 
 from coda.policy.checkpoint import load_policy, save_checkpoint
 from coda.policy.samples import ChunkDataset
-from coda.policy.targets import chunk_shaping, nstep_chunks, per_step_shaping
+from coda.policy.targets import chunk_targets, nstep_chunks
+from coda.shaping.math import shaped_rewards
 from coda.policy.text import HashingTextEncoder
 from coda.policy.train import build_policy, train_policy
 from policy_synthetic import (
@@ -49,9 +50,11 @@ def test_chunk_shaping_equals_sum_of_per_step_terms(terminated: bool) -> None:
     rng = np.random.default_rng(0)
     t_len, h, gamma = 11, 4, 0.95
     pots = rng.uniform(0, 1, t_len + 1).astype(np.float32)
-    per_step = per_step_shaping(pots, gamma, terminated)
+    per_step = shaped_rewards(np.zeros(t_len), pots, gamma, terminal=terminated)
     _, disc, done, nxt = nstep_chunks(np.zeros(t_len), terminated, h, gamma)
-    got = chunk_shaping(torch.tensor(pots[:-1]), torch.tensor(pots[nxt]), torch.tensor(disc), torch.tensor(done))
+    zeros = torch.zeros(t_len)
+    got = chunk_targets(zeros, torch.tensor(disc), torch.tensor(done), zeros,  # the targets training computes
+                        torch.tensor(pots[:-1]), torch.tensor(pots[nxt]))
     want = [sum(gamma**i * per_step[t + i] for i in range(nxt[t] - t)) for t in range(t_len)]
     np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
     # and over a whole episode the shaped return is the unshaped one plus gamma^T Phi(s_T) - Phi(s_0)

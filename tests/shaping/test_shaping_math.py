@@ -222,3 +222,20 @@ def test_chunk_shaping_keeps_the_optimal_chunk_policy() -> None:
         Q, Qs = solve(False), solve(True)
         assert np.allclose(Qs, Q - phi[:, None], atol=1e-7)
         assert [int(np.argmax(q)) for q in Qs] == [int(np.argmax(q)) for q in Q]
+
+
+def test_training_shapes_its_chunk_targets_with_this_formula() -> None:
+    """The chunk critic's targets compute shaping through `discounted_shaping`, the function these tests prove."""
+    import torch
+
+    from coda.policy import targets
+    from coda.shaping import math as shaping_math
+
+    assert targets.discounted_shaping is shaping_math.discounted_shaping
+    phi, phi_next = torch.tensor([0.2, 0.5, 0.9]), torch.tensor([0.4, 0.7, 1.0])
+    disc, done = torch.tensor([0.9**4, 0.9**4, 0.9**2]), torch.tensor([False, False, True])
+    zeros = torch.zeros(3)
+    got = targets.chunk_targets(zeros, disc, done, zeros, phi, phi_next)
+    want = [float(shaping_math.chunk_shaping(float(p), float(q), 0.9, h, terminal=bool(d)))
+            for p, q, h, d in zip(phi, phi_next, (4, 4, 2), done)]
+    assert got.tolist() == pytest.approx(want, abs=1e-6)

@@ -9,7 +9,8 @@ Convention: Phi(terminal) = 0. Callers pass the raw potential of every state, th
 the `(1 - done)` factor zeroes it. With that convention the shaped return of an episode equals the unshaped
 one minus Phi(s_0), so the learned values satisfy Q_shaped(s, a) = Q(s, a) - w Phi(s) and
 V_shaped(s) = V(s) - w Phi(s), and the greedy policy is unchanged (Ng et al., 1999). A time-limit
-truncation is not terminal: it bootstraps from V and Phi of the last state.
+truncation is not terminal: it bootstraps from V and Phi of the last state. The shaping term is
+`coda.shaping.math.discounted_shaping`, the formula the invariance tests prove.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import Tensor
+
+from coda.shaping.math import discounted_shaping
 
 
 def nstep_chunks(
@@ -42,19 +45,6 @@ def nstep_chunks(
     return reward_sum.astype(np.float32), (gamma**steps).astype(np.float32), done, next_index.astype(np.int64)
 
 
-def per_step_shaping(potentials: np.ndarray, gamma: float, terminated: bool) -> np.ndarray:
-    """F_t = gamma Phi(s_{t+1}) - Phi(s_t) for an episode's T+1 potentials, with Phi(terminal) = 0."""
-    phi = np.asarray(potentials, dtype=np.float64).copy()
-    if terminated:
-        phi[-1] = 0.0
-    return gamma * phi[1:] - phi[:-1]
-
-
-def chunk_shaping(phi: Tensor, phi_next: Tensor, discount: Tensor, done: Tensor) -> Tensor:
-    """gamma^k (1 - done) Phi(s_{t+k}) - Phi(s_t): the sum of the per-step shaping terms over the chunk."""
-    return discount * (1.0 - done.float()) * phi_next - phi
-
-
 def chunk_targets(
     reward_sum: Tensor,
     discount: Tensor,
@@ -67,7 +57,7 @@ def chunk_targets(
     """Q targets (B,) for chunk transitions; shaping is added when potentials are given."""
     target = reward_sum + discount * (1.0 - done.float()) * v_next
     if phi is not None and phi_next is not None:
-        target = target + shaping_weight * chunk_shaping(phi, phi_next, discount, done)
+        target = target + shaping_weight * discounted_shaping(phi, phi_next, discount, done)
     return target
 
 

@@ -50,6 +50,16 @@ def _end_phi(phi_next: Any, terminal: Any) -> Any:
     return phi_next * (1 - (terminal * 1))
 
 
+def discounted_shaping(phi_s: X, phi_next: X, discount: Any, terminal: Any = False) -> X:
+    """The one shaping formula: `discount · Φ(s') − Φ(s)`, with Φ(s') = 0 when s' is terminal.
+
+    `discount` is γ for one step and γ^k for a chunk of k steps (a batch may hold a different k per sample);
+    `shaping_term`, `chunk_shaping` and the chunk critic's targets (`coda.policy.targets.chunk_targets`) all
+    compute shaping through this function.
+    """
+    return discount * _end_phi(phi_next, terminal) - phi_s  # type: ignore[no-any-return]
+
+
 def shaping_term(phi_s: X, phi_next: X, gamma: float, terminal: Any = False) -> X:
     """Per-step shaping `F = γ Φ(s') − Φ(s)`, with Φ(s') = 0 when s' is terminal.
 
@@ -66,7 +76,7 @@ def shaping_term(phi_s: X, phi_next: X, gamma: float, terminal: Any = False) -> 
         ShapingError: gamma outside [0, 1].
     """
     _check_gamma(gamma)
-    return gamma * _end_phi(phi_next, terminal) - phi_s  # type: ignore[no-any-return]
+    return discounted_shaping(phi_s, phi_next, gamma, terminal)
 
 
 def chunk_shaping(phi_t: X, phi_th: X, gamma: float, h: int, terminal: Any = False) -> X:
@@ -82,7 +92,7 @@ def chunk_shaping(phi_t: X, phi_th: X, gamma: float, h: int, terminal: Any = Fal
     _check_gamma(gamma)
     if h < 1:
         raise ShapingError(f"chunk length h = {h!r} must be >= 1")
-    return gamma**h * _end_phi(phi_th, terminal) - phi_t  # type: ignore[no-any-return]
+    return discounted_shaping(phi_t, phi_th, gamma**h, terminal)
 
 
 def discounted_sum(rewards: Sequence[float] | np.ndarray, gamma: float) -> float:
