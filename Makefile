@@ -17,7 +17,7 @@ demo: setup
 	.venv/bin/coda run --preset quick
 
 test: setup-tests
-	.venv/bin/python -m pytest -q
+	CODA_TEST_REQUIRE_ALL=1 .venv/bin/python -m pytest -q
 
 clean:
 	rm -rf .venv runs .pytest_cache
