@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                        "seeds": {"train": TRAIN_SEED, "eval": EVAL_SEED, "matched": MATCHED_SEED, "extra": EXTRA_SEED},
                        "engine": {k: v for k, v in cfg.engine.model_dump(mode="json").items()
                                   if k in ("improvement", "replay_weight", "expert_weight")},
-                       "wall_s": time.perf_counter() - t_all, "cpus": os.cpu_count()}
+                       "wall_s_this_invocation": time.perf_counter() - t_all, "cpus": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     for name in POLICIES:
