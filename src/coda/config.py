@@ -8,7 +8,6 @@ Every run writes the resolved configuration to `config.yaml` in its run director
 from __future__ import annotations
 
 import json
-import reprlib
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -22,9 +21,9 @@ from coda.config_base import Section
 from coda.critic.config import CriticConfig
 from coda.engine.config import EngineConfig
 from coda.errors import ConfigError
-from coda.redact import redact_value
 from coda.memory.config import MemoryConfig
 from coda.policy.config import PolicyConfig
+from coda.redact import redact_value, short_repr
 from coda.runtime.config import RuntimeConfig
 from coda.scene.config import SceneConfig
 from coda.shaping.config import ShapingConfig
@@ -60,15 +59,6 @@ class CodaConfig(Section):
 
 MAX_VALUES = 100_000  # values a config file or override may hold, counting every use of a YAML alias
 MAX_ERROR = 2000  # characters of a config error
-
-
-def short_repr(value: Any) -> str:
-    """A bounded one-line repr of a config value (however large or deep the value is)."""
-    return " ".join(_REPR.repr(value).split())[:200]
-
-
-_REPR = reprlib.Repr()
-_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 80, 80, 6, 6, 3
 
 
 def _check_size(data: Any, where: str) -> None:

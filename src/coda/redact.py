@@ -2,13 +2,15 @@
 
 `redact` replaces API keys, `Bearer` tokens, `key=value` credentials and URL passwords with `[REDACTED]`;
 every value handed to `register_secret` (the critic's API key) is removed wherever
-it appears, whatever surrounds it. `bounded` and `one_line` cut text to a stated length. The memory applies
+it appears, whatever surrounds it. `bounded` and `one_line` cut text to a stated length, `short_repr` shows
+a value of any size in an error message. The memory applies
 both to every record it writes, the critic to every reason and note, the run to its config file.
 """
 
 from __future__ import annotations
 
 import re
+import reprlib
 import threading
 from typing import Any
 
@@ -80,6 +82,15 @@ def bounded(text: str, limit: int) -> str:
 def one_line(text: str, limit: int = 500) -> str:
     """`text` on one line (newlines become spaces), redacted and cut to `limit` characters."""
     return redact_bounded(" ".join(str(text)[: 2 * limit + 512].split()), limit)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 80, 80, 6, 6, 3
+
+
+def short_repr(value: Any) -> str:
+    """A bounded one-line repr of a value shown in an error (however large or deep the value is)."""
+    return " ".join(_REPR.repr(value).split())[:200]
 
 
 def redact_url(url: str | None) -> str | None:

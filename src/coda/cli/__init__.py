@@ -137,7 +137,6 @@ app.add_typer(config_app, name="config")
 def config_show(preset: PresetOpt = None, config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Print the resolved configuration (defaults → preset → file → --set) as YAML."""
     from coda.config import build_config
-
     from coda.redact import redact_value
 
     cfg = build_config(preset, config, set_ or [])

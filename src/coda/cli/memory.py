@@ -98,6 +98,7 @@ def show(
     memory: MemoryOpt = None,
 ) -> None:
     """One record as JSON."""
+    from coda.config_base import INT_MAX, INT_MIN
     from coda.memory.errors import QueryError
     from coda.memory.store import resolve_kind
 
@@ -108,7 +109,7 @@ def show(
             key = int(record_id)
         except ValueError:
             raise QueryError(f"{model.__kind__} id {record_id[:40]!r} is invalid: expected an integer") from None
-        if not -(2**63) <= key < 2**63:
+        if not INT_MIN <= key <= INT_MAX:
             raise QueryError(f"{model.__kind__} id {record_id[:40]} is out of range: ids are 64-bit integers")
     with _open(run_dir, memory) as mem:
         record = mem.get(model, key)

@@ -116,10 +116,8 @@ class _BoundedTransport(httpx2.BaseTransport):
 
 def _transient(e: Exception) -> bool:
     """Errors worth retrying: timeouts, refused/dropped connections, server errors, rate limits."""
-    if isinstance(e, DeadlineExceeded):
+    if isinstance(e, (DeadlineExceeded, openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
         return True
-    if isinstance(e, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
-        return not isinstance(e.__cause__, AnswerError)
     return isinstance(e, openai.APIStatusError) and e.status_code >= 500
 
 
@@ -129,8 +127,7 @@ def _describe_error(e: Exception) -> str:
         what = "request timed out"
     elif isinstance(e, openai.APIConnectionError):
         cause = e.__cause__ or e.__context__
-        what = (str(cause) if isinstance(cause, AnswerError)
-                else f"connection failed ({type(cause).__name__ if cause else 'unknown'}: {str(cause or e)[:120]})")
+        what = f"connection failed ({type(cause).__name__ if cause else 'unknown'}: {str(cause or e)[:120]})"
     elif isinstance(e, openai.APIStatusError):
         what = f"HTTP {e.status_code} ({str(e.message)[:160]})"
     else:

@@ -35,6 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from coda.config import CodaConfig
 from coda.engine.backend import RoundBackend
 from coda.engine.context import (
+    CONFIG_FILE,
     LOCK_FILE,
     RunContext,
     RunDirError,
@@ -264,7 +265,7 @@ def start_run(cfg: CodaConfig, run_dir: Path | None = None, from_round0: Path | 
     run_dir = run_dir or new_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = RunDirLock(run_dir)
-    if (run_dir / "config.yaml").exists():  # another process started it between the check and the lock
+    if (run_dir / CONFIG_FILE).exists():  # another process started it between the check and the lock
         lock.release()
         raise RunDirError(f"run directory '{run_dir}' already exists and is not empty; use --resume to continue it")
     write_config(cfg, run_dir)
@@ -295,12 +296,12 @@ def resume_run(run_dir: Path, memory_url: str | None = None) -> RunContext:
     cfg = load_run_config(run_dir)
     stored = cfg.memory.url
     if memory_url is not None:
-        if redact_url(memory_url) != redact_url(stored) and memory_url != stored:
+        if redact_url(memory_url) != redact_url(stored):
             raise RunDirError(f"--memory {redact_url(memory_url)} is not the memory of run '{run_dir}' "
                               f"({redact_url(stored) or 'SQLite in the run directory'})")
         cfg = cfg.model_copy(update={"memory": cfg.memory.model_copy(update={"url": memory_url})})
     elif has_redacted_password(stored):
-        raise RunDirError(f"memory.url in {Path(run_dir) / 'config.yaml'} has its password masked ({stored}); "
+        raise RunDirError(f"memory.url in {Path(run_dir) / CONFIG_FILE} has its password masked ({stored}); "
                           "give the URL again: coda run --resume RUN --memory URL")
     run_dir = Path(run_dir).resolve()
     lock = RunDirLock(run_dir)

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 
+from coda.config_base import INT_MAX, INT_MIN
 from coda.memory.errors import QueryError, ReadOnlyQueryError
 from coda.memory.store import Memory, first_line
 
@@ -34,9 +35,6 @@ class QueryResult:
     columns: list[str]
     rows: list[tuple[Any, ...]]
     truncated: bool  # more rows existed than max_rows
-
-
-INT64 = (-(2**63), 2**63 - 1)  # what a database integer holds
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
@@ -59,8 +57,8 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
         try:
             if typ == "int" or (typ is None and _INT_RE.match(raw)):
                 out[name] = int(raw)
-                if not INT64[0] <= out[name] <= INT64[1]:
-                    raise QueryError(f"--param '{name}' = {raw[:40]}: integers must lie in [{INT64[0]}, {INT64[1]}]")
+                if not INT_MIN <= out[name] <= INT_MAX:
+                    raise QueryError(f"--param '{name}' = {raw[:40]}: integers must lie in [{INT_MIN}, {INT_MAX}]")
             elif typ == "float" or (typ is None and _FLOAT_RE.match(raw)):
                 out[name] = float(raw)
             else:

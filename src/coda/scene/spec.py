@@ -12,14 +12,15 @@ The workspace is |x| <= 0.30, |y| <= 0.30 (see `WORKSPACE`).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import string
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coda.errors import CodaError, SchemaVersionError
+from coda.redact import short_repr
 
 SCHEMA_VERSION = 1
 
@@ -60,6 +61,11 @@ class _Frozen(BaseModel):
 
 # Characters an instruction may hold (the observation's text space).
 TEXT_CHARSET = frozenset(string.ascii_letters + string.digits + string.punctuation + " ")
+
+
+def outside_charset(text: str) -> list[str]:
+    """The characters of `text` outside TEXT_CHARSET, sorted (empty when all fit)."""
+    return sorted(set(text) - TEXT_CHARSET)
 
 # Every number of a scene is finite, and every place lies on the table, before any simulator sees it.
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -201,7 +207,7 @@ class ScenarioSpec(_Frozen):
     @field_validator("instruction")
     @classmethod
     def _printable(cls, v: str) -> str:
-        bad = sorted(set(v) - TEXT_CHARSET)
+        bad = outside_charset(v)
         if bad:
             raise ValueError(f"has characters outside letters, digits, punctuation and space: {bad[:8]}")
         return v
@@ -309,7 +315,7 @@ def format_validation_error(what: str, err: ValidationError) -> str:
             parts.append(f"{what}: {msg}")
         else:
             val = e.get("input")
-            shown = "" if isinstance(val, (dict, list)) else f" = {' '.join(repr(val)[:120].split())}"
+            shown = "" if isinstance(val, (dict, list)) else f" = {short_repr(val)}"
             parts.append(f"{what} field '{loc}'{shown}: {msg[:300]}")
     return "; ".join(parts[:10])[:2000]
 

@@ -8,6 +8,7 @@ import numpy as np
 from gymnasium import spaces
 
 from coda.scene.spec import TEXT_CHARSET as CHARSET
+from coda.scene.spec import outside_charset
 
 
 def observation_space(proprio_dim: int, entity_dim: int, max_entities: int, max_text: int) -> spaces.Dict:
@@ -29,7 +30,7 @@ def text_problem(field: str, text: str, max_text: int) -> str | None:
     """Why `text` does not fit the Text space (length, charset), or None when it does."""
     if len(text) > max_text:
         return f"{field} has {len(text)} characters, more than sim.max_text_length ({max_text})"
-    bad = sorted(set(text) - CHARSET)
+    bad = outside_charset(text)
     if bad:
         return f"{field} = {text!r} has characters outside the observation charset: {bad}"
     return None
