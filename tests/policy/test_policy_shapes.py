@@ -109,7 +109,7 @@ def test_select_action_queue_and_reset(data, hashing) -> None:
     a0 = policy.select_action(obs)
     np.testing.assert_array_equal(a0, chunk[0])
     np.testing.assert_array_equal(policy.select_action(obs), chunk[1])  # from the queue, not re-planned
-    assert len(policy._queue) == 0
+    assert len(policy._episode.queue) == 0
     policy.reset()
     np.testing.assert_array_equal(policy.select_action(obs), a0)
 

@@ -147,7 +147,8 @@ def eval_command(
 
     specs = _scenes(family, split, n, seed, check=True, workers=workers)
     overrides = {"value_guided_samples": value_guided} if value_guided is not None else None
-    rollouts = evaluate_checkpoint(checkpoint, specs, cfg.sim, workers=workers, record_states=False, overrides=overrides)
+    rollouts = evaluate_checkpoint(checkpoint, specs, cfg.sim, workers=workers, batch=cfg.runtime.rollout_batch,
+                                   record_states=False, overrides=overrides)
     summary = success_summary([r.success for r in rollouts])
     table = Table(title=f"{checkpoint} on {family}/{split} (seed {seed})")
     for col in ("n", "success", "95% CI"):

@@ -449,6 +449,13 @@ def _seed(seed: int, episode_id: str | None) -> list[int]:
 # ---- the verifier ------------------------------------------------------------------------------------
 
 
+def _prefetch(policy_success: PolicySuccess, specs: Sequence[ScenarioSpec]) -> None:
+    """Let a `policy_success` that can (`prefetch`) roll `specs` out together before they are asked about."""
+    prefetch = getattr(policy_success, "prefetch", None)
+    if prefetch is not None and specs:
+        prefetch(list(specs))
+
+
 class Verifier:
     """Runs checks (a)-(c) on diagnoses (see the module docstring).
 
@@ -548,6 +555,7 @@ class Verifier:
             return CheckResult(name="counterfactual", status="failed", reason="the diagnosis implicates no factor"), ()
         k, margin = self.cfg.counterfactual_k, self.cfg.counterfactual_margin
         family = [s for s in base_scenes if s.family == episode.spec.family]
+        _prefetch(policy_success, family[: 3 * k])
         solved: list[ScenarioSpec] = []
         for s in family[: 3 * k]:  # a bounded search for scenes the policy solves
             if policy_success(s):
@@ -600,14 +608,14 @@ class Verifier:
         """The factor (operator calls `ops`) applied alone to solved base scenes: do they now fail clearly more often?"""
         from coda.scene.operators import derive
 
-        outcomes, errors = [], []
+        derived, errors = [], []
         for base in solved:
             try:
-                derived = derive(rng, base, [(o["op"], o["args"]) for o in ops])
+                derived.append(derive(rng, base, [(o["op"], o["args"]) for o in ops]))
             except CodaError as e:  # the edit does not fit this base scene
                 errors.append(str(e).splitlines()[0])
-                continue
-            outcomes.append(not policy_success(derived))
+        _prefetch(policy_success, derived)
+        outcomes = [not policy_success(d) for d in derived]
         if len(outcomes) < max(1, (len(solved) + 1) // 2):
             return FactorTrial(factor=f, ops=tuple(ops), n=len(outcomes), base_failure_rate=base_rate,
                                error=f"applied to only {len(outcomes)}/{len(solved)} base scenes: {errors[:1]}")
@@ -635,6 +643,7 @@ class Verifier:
         if not changed:  # already as in training: undoing it changes nothing, so it did not cause the failure
             return trial.model_copy(update={"undone_n": 0, "undone_success_rate": 0.0, "necessary": False,
                                             "undo_error": "the factor is already as in training"})
+        _prefetch(policy_success, changed)
         rate = float(np.mean([policy_success(v) for v in changed]))
         return trial.model_copy(update={"undone_n": len(changed), "undone_success_rate": rate,
                                         "necessary": rate >= self.cfg.counterfactual_margin})

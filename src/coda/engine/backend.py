@@ -185,8 +185,11 @@ class RoundBackend:
         """The Verdict of each (diagnosis, EpisodeRecord) in `jobs`, in order: one verifier (`make_verifier`
         with `seed`) checks them against the policy of `checkpoint`, acting in `env`."""
         verifier = self.make_verifier(env, seed)
-        success = policy_success_fn(checkpoint, env)
-        return [verifier.check(d, ep, policy_success=success, base_scenes=base_scenes) for d, ep in jobs]
+        success = policy_success_fn(checkpoint, env, self.cfg.runtime.rollout_batch, self.make_env)
+        try:
+            return [verifier.check(d, ep, policy_success=success, base_scenes=base_scenes) for d, ep in jobs]
+        finally:
+            success.close()
 
     def planner(self, strategy: str, default: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return default
@@ -216,25 +219,53 @@ def _libero(cfg: "CodaConfig") -> RoundBackend:
 BACKENDS.register("libero", _libero)
 
 
-def policy_success_fn(checkpoint: Any, env: Any) -> Callable[[Any], bool]:
+class PolicySuccess:
     """scene -> did the policy of `checkpoint` succeed in it, acting in `env` (memoised per scene: the
-    rollout is deterministic)."""
-    import torch
+    rollout is deterministic). `prefetch(scenes)` rolls the ones not yet run out together, `batch` at a
+    time (`rollout_batch`, extra envs made like `env` as needed), so the verifier's later questions about
+    them cost nothing; the answers are those one rollout at a time gives."""
 
-    from coda.engine.rollout import rollout_policy
-    from coda.policy.checkpoint import load_policy
+    def __init__(self, checkpoint: Any, env: Any, batch: int = 1, make_env: Callable[[], Any] | None = None) -> None:
+        from coda.policy.checkpoint import load_policy
 
-    policy = load_policy(checkpoint)
-    policy.eval()
-    cache: dict[str, bool] = {}
+        self.policy = load_policy(checkpoint)
+        self.policy.eval()
+        self.env, self.batch, self.make_env = env, max(1, batch), make_env
+        self.cache: dict[str, bool] = {}
+        self._extra: list[Any] = []
 
-    def success(spec: Any) -> bool:
-        if spec.spec_id not in cache:
-            with torch.no_grad():
-                cache[spec.spec_id] = rollout_policy(env, policy, spec, record_states=False).success
-        return cache[spec.spec_id]
+    def __call__(self, spec: Any) -> bool:
+        if spec.spec_id not in self.cache:
+            self.prefetch([spec])
+        return self.cache[spec.spec_id]
 
-    return success
+    def prefetch(self, specs: Sequence[Any]) -> None:
+        import torch
+
+        from coda.engine.rollout import rollout_batch
+
+        todo = list({s.spec_id: s for s in specs if s.spec_id not in self.cache}.values())
+        if not todo:
+            return
+        want = min(self.batch, len(todo)) - 1
+        while self.make_env is not None and len(self._extra) < want:
+            self._extra.append(self.make_env())
+        with torch.no_grad():
+            for spec, r in zip(todo, rollout_batch([self.env, *self._extra[:want]], self.policy, todo,
+                                                    record_states=False)):
+                self.cache[spec.spec_id] = r.success
+
+    def close(self) -> None:
+        """Close the envs this object made (not the one it was given)."""
+        for env in self._extra:
+            env.close()
+        self._extra.clear()
+
+
+def policy_success_fn(checkpoint: Any, env: Any, batch: int = 1, make_env: Callable[[], Any] | None = None) -> PolicySuccess:
+    """A `PolicySuccess` of `checkpoint` acting in `env` (and, to prefetch `batch` scenes at once, envs from
+    `make_env`)."""
+    return PolicySuccess(checkpoint, env, batch, make_env)
 
 
 @dataclass(frozen=True)
@@ -347,5 +378,5 @@ def backend_for(cfg: "CodaConfig") -> RoundBackend:
     return BACKENDS.get(cfg.sim.backend)(cfg)
 
 
-__all__ = ["BACKENDS", "Drawn", "EpisodeJob", "RoundBackend", "backend_for", "policy_success_fn", "round_env",
+__all__ = ["BACKENDS", "Drawn", "EpisodeJob", "PolicySuccess", "RoundBackend", "backend_for", "policy_success_fn", "round_env",
            "run_episode_job", "valid_scenes"]

@@ -168,7 +168,8 @@ def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
         with progress_bar(ctx.console) as bar:
             task = bar.add_task(f"round {round_idx} · measure", total=len(jobs))
             rollouts = evaluate_checkpoint(checkpoint, [j[2] for j in jobs], ctx.cfg.sim,
-                                           workers=ctx.cfg.runtime.workers, keyframes=keyframes,
+                                           workers=ctx.cfg.runtime.workers, batch=ctx.cfg.runtime.rollout_batch,
+                                           keyframes=keyframes,
                                            record_states=False, on_done=lambda i, r: bar.advance(task))
         scen_ids = {r.spec_id: r.id for r in mem.list("scenario", run_id=ctx.run_id)}
         ckpt_rec = [c for c in mem.list("checkpoint", run_id=ctx.run_id) if c.path == ctx.rel(checkpoint)]

@@ -47,6 +47,56 @@ def keyframe_steps(length: int, n: int) -> list[int]:
     return sorted({int(round(i * length / (n - 1))) for i in range(n)})
 
 
+class _Episode:
+    """One episode being run in `env`: reset to `spec` on creation, then one `step` per action until `done`."""
+
+    def __init__(self, env: Any, spec: ScenarioSpec, max_steps: int | None, keyframes: int, render_size: int,
+                 record_states: bool) -> None:
+        self.env, self.spec, self.keyframes, self.render_size = env, spec, keyframes, render_size
+        self.record_states = record_states
+        self.obs, info = env.reset_to(spec)
+        # after the reset: a backend's horizon can depend on the scene (LIBERO: the suite's)
+        self.limit = int(max_steps if max_steps is not None else (getattr(env, "max_steps", None) or env.config.max_steps))
+        self.states = [env.state()] if (record_states or keyframes) else []
+        self.snapshots = [env.get_state()] if keyframes else []
+        self.actions: list[np.ndarray] = []
+        self.ret, self.steps, self.success, self.error = 0.0, 0, bool(info["success"]), None
+        self.ended = False  # the env ended the episode (terminated, truncated or a simulator error)
+
+    @property
+    def done(self) -> bool:
+        return self.success or self.ended or self.steps >= self.limit
+
+    def step(self, action: np.ndarray) -> None:
+        a = np.asarray(action, dtype=np.float32)
+        self.obs, r, terminated, truncated, info = self.env.step(a)
+        self.actions.append(a)
+        self.ret += float(r)
+        self.steps += 1
+        self.success = bool(info["success"])
+        if self.record_states or self.keyframes:
+            self.states.append(self.env.state())
+        if self.keyframes:
+            self.snapshots.append(self.env.get_state())
+        if info.get("sim_error"):
+            self.error, self.ended = str(info["sim_error"]), True
+        elif terminated or truncated:
+            self.ended = True
+
+    def result(self) -> Rollout:
+        frames: dict[int, np.ndarray] = {}
+        if self.keyframes:
+            # Rendering only the chosen steps afterwards, from snapshots, keeps the loop free of GL work.
+            for t in keyframe_steps(self.steps, self.keyframes):
+                self.env.set_state(self.snapshots[t])
+                frames[t] = self.env.render("front", self.render_size)
+        return Rollout(
+            spec=self.spec, success=self.success, episode_return=self.ret, length=self.steps,
+            states=self.states if self.record_states else [],
+            actions=np.asarray(self.actions, np.float32).reshape(-1, 5), keyframes=frames, error=self.error,
+        )
+
+
 def rollout_policy(
     env: Any,
     policy: Any,
@@ -70,41 +120,86 @@ def rollout_policy(
     Returns:
         A Rollout.
     """
-    obs, info = env.reset_to(spec)
-    # after the reset: a backend's horizon can depend on the scene (LIBERO: the suite's)
-    limit = int(max_steps if max_steps is not None else (getattr(env, "max_steps", None) or env.config.max_steps))
+    ep = _Episode(env, spec, max_steps, keyframes, render_size, record_states)
     reset_for_episode(policy, spec)
-    states = [env.state()] if (record_states or keyframes) else []
-    snapshots = [env.get_state()] if keyframes else []
-    actions: list[np.ndarray] = []
-    ret, steps, success, error = 0.0, 0, bool(info["success"]), None
-    while not success and steps < limit:
-        a = np.asarray(policy.select_action(obs), dtype=np.float32)
-        obs, r, terminated, truncated, info = env.step(a)
-        actions.append(a)
-        ret += float(r)
-        steps += 1
-        success = bool(info["success"])
-        if record_states or keyframes:
-            states.append(env.state())
-        if keyframes:
-            snapshots.append(env.get_state())
-        if info.get("sim_error"):
-            error = str(info["sim_error"])
-            break
-        if terminated or truncated:
-            break
-    frames: dict[int, np.ndarray] = {}
-    if keyframes:
-        # Rendering only the chosen steps afterwards, from snapshots, keeps the loop free of GL work.
-        for t in keyframe_steps(steps, keyframes):
-            env.set_state(snapshots[t])
-            frames[t] = env.render("front", render_size)
-    return Rollout(
-        spec=spec, success=success, episode_return=ret, length=steps,
-        states=states if record_states else [],
-        actions=np.asarray(actions, np.float32).reshape(-1, 5), keyframes=frames, error=error,
-    )
+    while not ep.done:
+        ep.step(policy.select_action(ep.obs))
+    return ep.result()
+
+
+def batches_rollouts(policy: Any) -> bool:
+    """Whether `policy` can run several episodes at once (`predict_chunks` and `episode_actions`)."""
+    return hasattr(policy, "predict_chunks") and hasattr(policy, "episode_actions")
+
+
+def rollout_batch(
+    envs: Sequence[Any],
+    policy: Any,
+    specs: Sequence[ScenarioSpec],
+    *,
+    max_steps: int | None = None,
+    keyframes: int = 0,
+    render_size: int = 128,
+    record_states: bool = True,
+    on_done: Callable[[int, Rollout], None] | None = None,
+) -> list[Rollout]:
+    """Roll `policy` out once in each scene, `len(envs)` episodes in lockstep; results in the order of `specs`.
+
+    Each env runs one episode at a time; at every step the episodes whose action schedule needs a chunk are
+    predicted together (`policy.predict_chunks`, one forward pass per chunk boundary), each with its own
+    sampling stream seeded by `episode_seed(spec)`. An episode that ends hands its env to the next scene.
+    A policy's rows do not depend on the batch they are computed in, so every episode is the one
+    `rollout_policy` gives in the same scene. A policy that cannot batch (`batches_rollouts`) runs its
+    episodes one after another in `envs[0]`.
+
+    Args:
+        envs: the environments to step (one episode each at a time).
+        policy, specs, max_steps, keyframes, render_size, record_states: as for `rollout_policy`.
+        on_done: called with (index into `specs`, rollout) as each episode ends.
+    """
+    out: list[Rollout | None] = [None] * len(specs)
+
+    def finish(i: int, r: Rollout) -> None:
+        out[i] = r
+        if on_done:
+            on_done(i, r)
+
+    if not batches_rollouts(policy) or len(envs) == 1:
+        for i, spec in enumerate(specs):
+            finish(i, rollout_policy(envs[0], policy, spec, max_steps=max_steps, keyframes=keyframes,
+                                     render_size=render_size, record_states=record_states))
+        return out  # type: ignore[return-value]
+    queue = iter(enumerate(specs))
+    slots: list[tuple[int, _Episode, Any] | None] = [None] * len(envs)
+
+    def fill(k: int) -> None:
+        slots[k] = None
+        for i, spec in queue:
+            ep = _Episode(envs[k], spec, max_steps, keyframes, render_size, record_states)
+            if ep.done:  # solved at reset
+                finish(i, ep.result())
+                continue
+            slots[k] = (i, ep, policy.episode_actions(episode_seed(spec)))
+            return
+
+    for k in range(len(envs)):
+        fill(k)
+    while any(slots):
+        live = [s for s in slots if s is not None]
+        need = [s for s in live if s[2].needs_chunk()]
+        if need:
+            chunks = policy.predict_chunks([s[1].obs for s in need], [s[2].rng for s in need])
+            for s, chunk in zip(need, chunks):
+                s[2].push(chunk)
+        for k, s in enumerate(slots):
+            if s is None:
+                continue
+            i, ep, actions = s
+            ep.step(actions.pop())
+            if ep.done:
+                finish(i, ep.result())
+                fill(k)
+    return out  # type: ignore[return-value]
 
 
 def reset_for_episode(policy: Any, spec: Any) -> None:
@@ -131,21 +226,41 @@ def _init_worker(checkpoint: str, sim_cfg: dict[str, Any], overrides: dict[str, 
 
     # Two processes on two cores: each keeps to one thread so they do not fight.
     torch.set_num_threads(1)
-    from coda.engine.backend import round_env
     from coda.policy.checkpoint import load_policy
 
     _WORKER["policy"] = load_policy(checkpoint, overrides=overrides)
     _WORKER["policy"].eval()
-    _WORKER["env"] = round_env(SimConfig.model_validate(sim_cfg))
+    _WORKER["sim"] = SimConfig.model_validate(sim_cfg)
+    _WORKER["envs"] = []  # made as a batch first needs them
 
 
-def _run_one(args: tuple[ScenarioSpec, int, int, bool]) -> Rollout:
-    spec, keyframes, size, record_states = args
+def _close_worker() -> None:
+    for env in _WORKER.get("envs", []):
+        env.close()
+    _WORKER.clear()
+
+
+def _run_group(args: tuple[list[ScenarioSpec], int, int, bool, int]) -> list[Rollout]:
+    specs, keyframes, size, record_states, batch = args
     import torch
 
+    from coda.engine.backend import round_env
+
+    envs = _WORKER["envs"]
+    while len(envs) < min(batch, len(specs)):
+        envs.append(round_env(_WORKER["sim"]))
     with torch.no_grad():
-        return rollout_policy(_WORKER["env"], _WORKER["policy"], spec, keyframes=keyframes,
-                              render_size=size, record_states=record_states)
+        return rollout_batch(envs[: max(1, min(batch, len(specs)))], _WORKER["policy"], specs, keyframes=keyframes,
+                             render_size=size, record_states=record_states)
+
+
+def rollout_groups(n: int, workers: int, batch: int) -> list[range]:
+    """Consecutive groups of job indices, one worker's task each: up to 4 batches of episodes (streamed
+    through `batch` envs), and no fewer groups than workers while there are jobs to share."""
+    if n == 0:
+        return []
+    size = max(1, min(4 * batch, -(-n // max(1, workers))))
+    return [range(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
 
 def evaluate_checkpoint(
@@ -154,6 +269,7 @@ def evaluate_checkpoint(
     sim_cfg: SimConfig,
     *,
     workers: int = 1,
+    batch: int | None = None,
     keyframes: int = 0,
     record_states: bool = True,
     overrides: dict[str, Any] | None = None,
@@ -166,6 +282,8 @@ def evaluate_checkpoint(
         specs: scenes.
         sim_cfg: simulator settings (horizon, rendering size).
         workers: processes (1 = in this process).
+        batch: episodes each process steps in lockstep (`rollout_batch`; default `runtime.rollout_batch`'s
+            default); the episodes do not depend on it.
         keyframes: front-camera frames kept per episode.
         record_states: keep privileged state traces (needed by the critic and verifier).
         overrides: inference-time policy config overrides (e.g. value_guided_samples).
@@ -173,26 +291,34 @@ def evaluate_checkpoint(
     Returns:
         One Rollout per spec.
     """
-    jobs = [(s, keyframes, sim_cfg.render_size, record_states) for s in specs]
-    out: list[Rollout | None] = [None] * len(jobs)
-    if not jobs:
+    specs = list(specs)
+    out: list[Rollout | None] = [None] * len(specs)
+    if not specs:
         return []
+    if batch is None:
+        from coda.runtime.config import RuntimeConfig
+
+        batch = int(RuntimeConfig.model_fields["rollout_batch"].default)
+    groups = rollout_groups(len(specs), workers, batch)
+    jobs = [([specs[i] for i in g], keyframes, sim_cfg.render_size, record_states, batch) for g in groups]
+
+    def take(g: range, rollouts: list[Rollout]) -> None:
+        for i, r in zip(g, rollouts):
+            out[i] = r
+            if on_done:
+                on_done(i, r)
+
     if workers <= 1 or len(jobs) <= 1:
         _init_worker(str(checkpoint), sim_cfg.model_dump(), overrides)
         try:
-            for i, job in enumerate(jobs):
-                out[i] = _run_one(job)
-                if on_done:
-                    on_done(i, out[i])  # type: ignore[arg-type]
+            for g, job in zip(groups, jobs):
+                take(g, _run_group(job))
         finally:
-            _WORKER.pop("env").close()
-            _WORKER.clear()
+            _close_worker()
         return out  # type: ignore[return-value]
     ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                              initargs=(str(checkpoint), sim_cfg.model_dump(), overrides)) as pool:
-        for i, r in enumerate(pool.map(_run_one, jobs, chunksize=1)):
-            out[i] = r
-            if on_done:
-                on_done(i, r)
+        for g, rollouts in zip(groups, pool.map(_run_group, jobs, chunksize=1)):
+            take(g, rollouts)
     return out  # type: ignore[return-value]

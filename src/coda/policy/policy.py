@@ -15,14 +15,17 @@ Training losses:
   style, so V needs no sampling from the policy). Targets use a Polyak-averaged copy of the critic.
 
 Inference: the mean chunk, or with `value_guided_samples = N > 0`, N candidates (the mean and N-1 samples)
-of which the one with the highest Q (min of the twins) is executed.
+of which the one with the highest Q (min of the twins) is executed. `predict_chunks` takes many observations
+at once (batched rollouts) and runs them in blocks of exactly `INFERENCE_ROWS`, so an observation's chunk is
+the same bits whatever else shares its batch; each episode's candidates come from its own stream
+(`EpisodeActions.rng`).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +42,7 @@ from coda.policy.targets import awr_weights, chunk_targets, expectile_loss
 from coda.policy.text import TextEmbedder, text_encoder_for
 
 ARCH_VERSION = 2  # 2: word-piece grounding (TokenGrounding)
+INFERENCE_ROWS = 16  # observations per inference forward pass; a batch is run in blocks of exactly this many
 
 
 def _pad_dim(x: Tensor, dim: int, size: int) -> Tensor:
@@ -240,8 +244,11 @@ class ChunkPolicy(nn.Module):
 
     # ---- inference ------------------------------------------------------------------------------------
 
-    def _batch(self, obs: Mapping[str, Any] | ObsBatch) -> ObsBatch:
-        ob = obs if isinstance(obs, ObsBatch) else obs_to_batch([obs], self.text)
+    def _batch(self, obs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | ObsBatch) -> ObsBatch:
+        if isinstance(obs, ObsBatch):
+            ob = obs
+        else:
+            ob = obs_to_batch([obs] if isinstance(obs, Mapping) else list(obs), self.text)
         if ob.proprio.shape[-1] != self.dims.proprio or ob.objects.shape[-1] != self.dims.object_features:
             raise PolicyUsageError(
                 f"observation has P={ob.proprio.shape[-1]}, F={ob.objects.shape[-1]} but the policy was built for "
@@ -253,14 +260,40 @@ class ChunkPolicy(nn.Module):
         if int(self.critic_updates) == 0:
             raise PolicyUsageError(f"{what} needs a trained critic, but this policy's critic has 0 updates")
 
+    def _blocks(self, fn: Any, ob: ObsBatch, *extra: Tensor | None) -> Tensor:
+        """`fn(block, *extra_rows)` over the rows of `ob` in blocks of exactly `INFERENCE_ROWS` (the last one
+        filled with copies of its first row), concatenated back to B rows. One block shape for every batch
+        size keeps a row's result a function of that row alone: CPU kernels sum in an order that depends on
+        the number of rows, not on the other rows' values or on entity and token padding."""
+        b, k = ob.proprio.shape[0], INFERENCE_ROWS
+        out = []
+        for lo in range(0, b, k):
+            idx = torch.arange(lo, min(lo + k, b))
+            real = idx.shape[0]
+            idx = torch.cat([idx, idx[:1].expand(k - real)])
+            out.append(fn(ob.index(idx), *(None if e is None else e[idx] for e in extra))[:real])
+        return torch.cat(out)
+
+    def _noise(self, b: int, n: int, generators: Sequence[torch.Generator] | None) -> Tensor:
+        """(B, n-1, H, A) standard normal draws for sampled candidates, row i from `generators[i]` (all rows
+        from the policy's own stream when None)."""
+        shape = (max(n - 1, 0), self.cfg.chunk_len, self.dims.action)
+        if generators is None:
+            return torch.randn((b, *shape), generator=self._rng)
+        if len(generators) != b:
+            raise PolicyUsageError(f"generators holds {len(generators)} streams for {b} observations")
+        return torch.stack([torch.randn(shape, generator=g) for g in generators])
+
+    def _candidates(self, ob: ObsBatch, eps: Tensor) -> Tensor:
+        mean, log_std = self.actor(self.encoder(ob, self.stats))
+        samples = mean.unsqueeze(1) + self.cfg.sample_temperature * torch.exp(log_std).unsqueeze(1) * eps
+        return torch.cat([mean.unsqueeze(1), samples], dim=1)
+
     @torch.no_grad()
     def candidate_chunks(self, obs: Mapping[str, Any] | ObsBatch, n: int) -> Tensor:
         """(B, n, H, A) normalised relative candidates: the mean first, then n-1 Gaussian samples."""
         ob = self._batch(obs)
-        mean, log_std = self.actor(self.encoder(ob, self.stats))
-        eps = torch.randn((mean.shape[0], max(n - 1, 0), *mean.shape[1:]), generator=self._rng)
-        samples = mean.unsqueeze(1) + self.cfg.sample_temperature * torch.exp(log_std).unsqueeze(1) * eps
-        return torch.cat([mean.unsqueeze(1), samples], dim=1)
+        return self._blocks(self._candidates, ob, self._noise(ob.proprio.shape[0], n, None))
 
     def _to_env(self, z: Tensor, ob: ObsBatch) -> Tensor:
         """Normalised relative chunks (B, ..., H, A) -> absolute env targets."""
@@ -274,19 +307,32 @@ class ChunkPolicy(nn.Module):
         ob = self._batch(obs)
         return self._to_env(self.candidate_chunks(ob, n), ob)[0].numpy()
 
+    def _chunk_block(self, ob: ObsBatch, eps: Tensor | None) -> Tensor:
+        """The executed chunk (B, H, A) in env targets: the mean, or the best of the candidates by Q."""
+        if eps is None:
+            best, _ = self.actor(self.encoder(ob, self.stats))
+        else:
+            cands = self._candidates(ob, eps)
+            best = cands[torch.arange(cands.shape[0]), self._q_normalised(ob, cands).argmax(dim=1)]
+        return self._to_env(best, ob)
+
     @torch.no_grad()
-    def predict_chunk(self, obs: Mapping[str, Any]) -> np.ndarray:
-        """The next H absolute actions (H, A) for one observation (value-guided if configured)."""
-        ob = self._batch(obs)
+    def predict_chunks(self, observations: Sequence[Mapping[str, Any]],
+                       generators: Sequence[torch.Generator] | None = None) -> np.ndarray:
+        """The next H absolute actions (B, H, A) for each observation (value-guided if configured), with
+        observation i's candidates drawn from `generators[i]` (default: the policy's own stream). A row
+        does not depend on which other observations share the batch."""
+        ob = self._batch(observations)
         n = self.cfg.value_guided_samples
         if n > 0:
             self._require_critic("value-guided selection")
-            cands = self.candidate_chunks(ob, n)  # (1, n, H, A)
-            q = self._q_normalised(ob, cands)  # (1, n)
-            best = cands[torch.arange(cands.shape[0]), q.argmax(dim=1)]
-        else:
-            best, _ = self.actor(self.encoder(ob, self.stats))
-        return self._to_env(best, ob)[0].numpy()
+            return self._blocks(self._chunk_block, ob, self._noise(ob.proprio.shape[0], n, generators)).numpy()
+        return self._blocks(self._chunk_block, ob, None).numpy()
+
+    @torch.no_grad()
+    def predict_chunk(self, obs: Mapping[str, Any]) -> np.ndarray:
+        """The next H absolute actions (H, A) for one observation (value-guided if configured)."""
+        return self.predict_chunks([obs], [self._rng])[0]
 
     def _q_normalised(self, ob: ObsBatch, cands: Tensor) -> Tensor:
         """min-twin Q (B, n) of normalised relative candidates (B, n, H, A)."""
@@ -313,31 +359,60 @@ class ChunkPolicy(nn.Module):
 
     def reset(self, seed: int | None = None) -> None:
         """Start an episode: clear the action queue and ensembling buffer; optionally reseed sampling."""
-        self._queue: list[np.ndarray] = []
-        self._ensemble: list[tuple[int, np.ndarray]] = []  # (start step, chunk (H, A))
-        self._t = 0
         if seed is not None:
             self._rng.manual_seed(seed)
+        self._episode = EpisodeActions(self.cfg, self._rng)
+
+    def episode_actions(self, seed: int) -> "EpisodeActions":
+        """A new episode's action schedule with its own sampling stream seeded `seed`, for rollouts that step
+        several episodes at once (`predict_chunks` with each episode's `rng`)."""
+        return EpisodeActions(self.cfg, torch.Generator().manual_seed(seed))
 
     @torch.no_grad()
     def select_action(self, obs: Mapping[str, Any]) -> np.ndarray:
-        """One absolute action (A,): popped from the chunk queue (refilled by `predict_chunk` every
-        `n_action_steps`), or with `temporal_ensemble = k` the exp(-k * age)-weighted average of every
-        chunk predicted so far that covers this step (oldest weighted most, as in ACT)."""
+        """One absolute action (A,) of the current episode (`EpisodeActions`), predicting a chunk when the
+        schedule needs one."""
+        ep = self._episode
+        if ep.needs_chunk():
+            ep.push(self.predict_chunks([obs], [ep.rng])[0])
+        return ep.pop()
+
+
+class EpisodeActions:
+    """One episode's action schedule: the queue of the current chunk's first `n_action_steps` actions
+    (refilled when empty), or with `temporal_ensemble = k` every chunk predicted so far that covers the
+    step, averaged with weights exp(-k * age) (oldest weighted most, as in ACT). `rng` draws the
+    episode's sampled candidates."""
+
+    def __init__(self, cfg: PolicyConfig, rng: torch.Generator) -> None:
+        self.cfg, self.rng = cfg, rng
+        self.queue: list[np.ndarray] = []
+        self.ensemble: list[tuple[int, np.ndarray]] = []  # (start step, chunk (H, A))
+        self.t = 0
+
+    def needs_chunk(self) -> bool:
+        """Whether the next action needs a new chunk (every step with ensembling)."""
+        return self.cfg.temporal_ensemble is not None or not self.queue
+
+    def push(self, chunk: np.ndarray) -> None:
+        """A chunk (H, A) predicted at the current step."""
+        if self.cfg.temporal_ensemble is None:
+            self.queue = list(chunk[: self.cfg.n_action_steps])
+        else:
+            self.ensemble = [(s, c) for s, c in self.ensemble if self.t - s < self.cfg.chunk_len]
+            self.ensemble.append((self.t, chunk))
+
+    def pop(self) -> np.ndarray:
+        """The current step's action (A,); the schedule moves one step on."""
         k = self.cfg.temporal_ensemble
         if k is None:
-            if not self._queue:
-                self._queue = list(self.predict_chunk(obs)[: self.cfg.n_action_steps])
-            self._t += 1
-            return self._queue.pop(0)
-        h = self.cfg.chunk_len
-        self._ensemble = [(s, c) for s, c in self._ensemble if self._t - s < h]
-        self._ensemble.append((self._t, self.predict_chunk(obs)))
-        preds = np.stack([c[self._t - s] for s, c in self._ensemble])  # oldest first
+            self.t += 1
+            return self.queue.pop(0)
+        preds = np.stack([c[self.t - s] for s, c in self.ensemble])  # oldest first
         w = np.exp(-k * np.arange(len(preds)))
         w = w / w.sum()
         action = (w[:, None] * preds).sum(0)
         # yaw is averaged on the circle so +pi and -pi do not cancel
         action[3] = math.atan2(float((w * np.sin(preds[:, 3])).sum()), float((w * np.cos(preds[:, 3])).sum()))
-        self._t += 1
+        self.t += 1
         return action.astype(np.float32)

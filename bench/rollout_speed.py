@@ -1,0 +1,238 @@
+"""Policy-in-the-loop speed: batched rollouts against the bare env, per core and with two workers.
+
+- bare env: the actions the policy sent, replayed through `TabletopEnv.step` in the same scenes (observation,
+  state and success check included: the simulator's side of a rollout, without the policy).
+- policy rollouts at batch 1, 2, 4, 8 and 16 (`coda.engine.rollout.rollout_batch`): that many episodes
+  stepped in lockstep in one process, the policy called once per chunk boundary for all of them. Steps/s
+  are per second of this process's CPU time, with the scenes' words already embedded (once per scene and
+  process, recorded apart as `embed_words_cpu_s_per_scene`). Every batch size must give the same episodes as batch 1
+  (actions compared bit for bit): `identical_episodes`.
+- two workers: the scenes twice over (so each worker's share still fills whole batches) at the chosen
+  batch in one worker process and split over two, both with
+  their policy, envs and the scenes' words loaded before the clock starts (wall time; the workers' CPU seconds beside it).
+- end to end: `evaluate_checkpoint` (process start, policy load and rollouts) with one and two workers.
+
+The policy is the default architecture trained briefly on a few expert demos (its speed does not depend
+on how well it is trained; an untrained policy runs every episode to the horizon, which is what a speed
+measurement wants). Writes `bench/results/rollout_speed.json`. Usage:
+    python bench/rollout_speed.py           # 12 scenes per family (a few minutes)
+    python bench/rollout_speed.py --fast    # 3 scenes per family
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import numpy as np  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from _common import machine, write_result  # noqa: E402
+from coda.scene.spec import FAMILIES, ScenarioSpec  # noqa: E402
+
+BATCHES = (1, 2, 4, 8, 16)
+
+
+def make_checkpoint(work: Path, steps: int) -> Path:
+    """The default policy trained `steps` steps on expert demos of 4 training scenes per family (reused
+    when `work` already holds it)."""
+    import torch
+
+    from coda.config import build_config
+    from coda.engine.backend import RoundBackend
+    from coda.policy.train import train_sft
+    from coda.scene.splits import build_split
+
+    ckpt = work / "policy.pt"
+    if ckpt.exists():
+        return ckpt
+    cfg = build_config(None, overrides=[f"policy.train_steps={steps}", "policy.torch_threads=1"])
+    torch.set_num_threads(1)
+    dirs = []
+    for fam in FAMILIES:
+        RoundBackend(cfg).collect_demos(build_split(fam, "sft", 4, seed=0).valid, work / f"demos_{fam}")
+        dirs.append(work / f"demos_{fam}")
+    train_sft(dirs, cfg.policy, ckpt)
+    return ckpt
+
+
+def eval_scenes(per_family: int) -> list[ScenarioSpec]:
+    """`per_family` valid evaluation scenes of each family's sft split (seed 1), families interleaved."""
+    from coda.scene.splits import build_split
+
+    by_fam = [build_split(fam, "sft", per_family, seed=1).valid for fam in FAMILIES]
+    return [s for group in zip(*by_fam) for s in group]
+
+
+# ---- one process --------------------------------------------------------------------------------
+
+_W: dict[str, Any] = {}
+
+
+def _load(ckpt: str, batch: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from coda.policy.checkpoint import load_policy
+    from coda.sim.config import SimConfig
+    from coda.sim.tabletop.env import TabletopEnv
+
+    _W["policy"] = load_policy(ckpt)
+    _W["policy"].eval()
+    _W["envs"] = [TabletopEnv(config=SimConfig()) for _ in range(max(BATCHES + (batch,)))]
+
+
+def _rollouts(specs: list[ScenarioSpec], batch: int, max_steps: int | None = None) -> tuple[list[Any], float, float]:
+    """(rollouts, CPU s, wall s) of `specs` at `batch` in this process."""
+    import torch
+
+    from coda.engine.rollout import rollout_batch
+
+    w0, c0 = time.perf_counter(), time.process_time()
+    with torch.no_grad():
+        out = rollout_batch(_W["envs"][:batch], _W["policy"], specs, record_states=False, max_steps=max_steps)
+    return out, time.process_time() - c0, time.perf_counter() - w0
+
+
+def _embed(specs: list[ScenarioSpec]) -> float:
+    """CPU seconds to embed the words of `specs` (one step in each scene): a scene's descriptions and
+    instruction are embedded once per process and cached, so the timed rollouts leave this out."""
+    return _rollouts(specs, max(BATCHES), max_steps=1)[1]
+
+
+def _timed(args: tuple[list[ScenarioSpec], int]) -> tuple[int, float, float]:
+    rollouts, cpu, wall = _rollouts(*args)
+    return sum(r.length for r in rollouts), cpu, wall
+
+
+def _replay(specs: list[ScenarioSpec], actions: list[np.ndarray]) -> float:
+    """CPU seconds to replay `actions` through the env in `specs`."""
+    env = _W["envs"][0]
+    c0 = time.process_time()
+    for spec, acts in zip(specs, actions):
+        env.reset_to(spec)
+        for a in acts:
+            env.step(a)
+    return time.process_time() - c0
+
+
+def _warm(_: int) -> int:
+    _embed(_W["warm"])
+    return os.getpid()
+
+
+def _init(ckpt: str, batch: int, warm: list[ScenarioSpec]) -> None:
+    _load(ckpt, batch)
+    _W["warm"] = warm
+
+
+def two_workers(ckpt: str, specs: list[ScenarioSpec], batch: int) -> dict[str, Any]:
+    """Wall time of `specs` at `batch` in one worker and split over two, policies and envs loaded first."""
+    ctx = mp.get_context("forkserver")
+    out: dict[str, Any] = {}
+    for n in (1, 2):
+        with ctx.Pool(n, initializer=_init, initargs=(ckpt, batch, specs)) as pool:
+            pool.map(_warm, range(n), chunksize=1)  # every worker loaded and warm before the clock starts
+            w0 = time.perf_counter()
+            half = -(-len(specs) // n)  # contiguous shares: each holds every family (the scenes interleave them)
+            parts = pool.map(_timed, [(specs[i * half:(i + 1) * half], batch) for i in range(n)], chunksize=1)
+            out[f"workers_{n}"] = {"wall_s": time.perf_counter() - w0, "steps": sum(p[0] for p in parts),
+                                   "cpu_s": [p[1] for p in parts]}
+    out["speedup"] = out["workers_1"]["wall_s"] / out["workers_2"]["wall_s"]
+    return out
+
+
+def end_to_end(ckpt: Path, specs: list[ScenarioSpec], batch: int) -> dict[str, float]:
+    """Wall seconds of `evaluate_checkpoint` over `specs` with one and two workers (process start and
+    policy load included)."""
+    from coda.engine.rollout import evaluate_checkpoint
+    from coda.sim.config import SimConfig
+
+    out = {}
+    for w in (1, 2):
+        t0 = time.perf_counter()
+        evaluate_checkpoint(ckpt, specs, SimConfig(), workers=w, batch=batch, record_states=False)
+        out[f"workers_{w}_s"] = time.perf_counter() - t0
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fast", action="store_true", help="3 scenes per family instead of 12")
+    ap.add_argument("--batch", type=int, default=16, help="the batch the two-worker and end-to-end runs use")
+    ap.add_argument("--work", type=Path, default=Path("runs/rollout_speed"), help="folder for the policy")
+    ap.add_argument("--train-steps", type=int, default=50, help="training steps of the measured policy")
+    args = ap.parse_args(argv)
+    console = Console()
+    args.work.mkdir(parents=True, exist_ok=True)
+    console.print("policy: training briefly on expert demos (reused if present)")
+    ckpt = make_checkpoint(args.work, args.train_steps)
+    specs = eval_scenes(3 if args.fast else 12)
+    _load(str(ckpt), args.batch)
+    embed_cpu = _embed(specs)
+    ref, identical = None, True
+    cpu = {b: 0.0 for b in BATCHES}
+    replay_cpu = 0.0
+    steps = 0
+    for rep in range(2):  # each batch size followed by a bare-env replay, twice: drift hits both alike
+        for b in BATCHES:
+            rollouts, c, _ = _rollouts(specs, b)
+            if ref is None:
+                ref = rollouts
+                actions = [r.actions for r in rollouts]
+                steps = sum(r.length for r in rollouts)
+            else:
+                identical &= all(np.array_equal(a.actions, r.actions) and a.success == r.success
+                                 for a, r in zip(ref, rollouts))
+            cpu[b] += c
+            replay_cpu += _replay(specs, actions)
+            console.print(f"pass {rep + 1}, batch {b:2d}: {steps / c:6.0f} policy steps per CPU second")
+    steps_s = {f"batch_{b}": 2 * steps / cpu[b] for b in BATCHES}
+    total = steps
+    env_steps = 2 * len(BATCHES) * total / replay_cpu
+    console.print(f"bare env: {env_steps:7.0f} steps per CPU second")
+    console.print(f"two workers at batch {args.batch} ...")
+    par = two_workers(str(ckpt), specs * 2, args.batch)  # twice over: each worker's share fills whole batches
+    e2e = end_to_end(ckpt, specs, args.batch)
+    chosen = steps_s[f"batch_{args.batch}"]
+    result = {
+        "env_steps_per_s": env_steps,
+        "policy_steps_per_s": {"batch_1": steps_s["batch_1"], "batch_N": chosen, **steps_s},
+        "batch": args.batch,
+        "ratio_to_env": chosen / env_steps,
+        "ratio_to_env_batch_1": steps_s["batch_1"] / env_steps,
+        "two_workers_speedup": par["speedup"],
+        "two_workers": par,
+        "end_to_end_s": e2e,
+        "ray_vs_local": None,  # no Ray executor yet
+        "identical_episodes": bool(identical),
+        "embed_words_cpu_s_per_scene": embed_cpu / len(specs),
+        "episodes": len(specs),
+        "control_steps": total,
+        "fast": args.fast,
+        "machine": machine(),
+        "load_average_end": os.getloadavg(),
+    }
+    out = write_result("rollout_speed" + ("_fast" if args.fast else ""), result)
+    table = Table(title=f"policy-in-the-loop speed ({out})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("bare env steps / CPU s", f"{env_steps:.0f}")
+    for b in BATCHES:
+        table.add_row(f"policy steps / CPU s, batch {b}", f"{steps_s[f'batch_{b}']:.0f} ({steps_s[f'batch_{b}'] / env_steps:.2f}x env)")
+    table.add_row(f"two workers vs one (batch {args.batch})", f"{par['speedup']:.2f}x")
+    table.add_row("identical episodes at every batch", str(identical))
+    console.print(table)
+    return result
+
+
+if __name__ == "__main__":
+    main()
