@@ -10,7 +10,8 @@
 - two workers: the scenes twice over (so each worker's share still fills whole batches) at the chosen
   batch in one worker process and split over two, both with
   their policy, envs and the scenes' words loaded before the clock starts (wall time; the workers' CPU seconds beside it).
-- end to end: `evaluate_checkpoint` (process start, policy load and rollouts) with one and two workers.
+- end to end: `evaluate_checkpoint` (process start, policy load and rollouts) with one and two workers, and
+  with two workers on the local pool vs on Ray actors (`ray_vs_local`: Ray's wall time / the pool's).
 
 The policy is the default architecture trained briefly on a few expert demos (its speed does not depend
 on how well it is trained; an untrained policy runs every episode to the horizon, which is what a speed
@@ -164,6 +165,31 @@ def end_to_end(ckpt: Path, specs: list[ScenarioSpec], batch: int) -> dict[str, f
     return out
 
 
+def ray_vs_local(ckpt: Path, specs: list[ScenarioSpec], batch: int) -> dict[str, float] | None:
+    """Wall seconds of `evaluate_checkpoint` over `specs` with two workers on the local pool and on Ray
+    actors (a local Ray started beforehand, outside the clock; process start and policy load inside it), and
+    their ratio. None when Ray is not installed."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return None
+    from coda.engine.rollout import evaluate_checkpoint
+    from coda.runtime.executor import LocalExecutor, RayExecutor
+    from coda.sim.config import SimConfig
+
+    out: dict[str, float] = {}
+    ray_ex = RayExecutor(2)
+    try:
+        for name, ex in (("local", LocalExecutor(2)), ("ray", ray_ex)):
+            t0 = time.perf_counter()
+            evaluate_checkpoint(ckpt, specs, SimConfig(), batch=batch, record_states=False, executor=ex)
+            out[f"{name}_s"] = time.perf_counter() - t0
+    finally:
+        ray_ex.close()
+    out["ray_over_local"] = out["ray_s"] / out["local_s"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fast", action="store_true", help="3 scenes per family instead of 12")
@@ -202,6 +228,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     console.print(f"two workers at batch {args.batch} ...")
     par = two_workers(str(ckpt), specs * 2, args.batch)  # twice over: each worker's share fills whole batches
     e2e = end_to_end(ckpt, specs, args.batch)
+    console.print("Ray vs the local pool ...")
+    on_ray = ray_vs_local(ckpt, specs, args.batch)
     chosen = steps_s[f"batch_{args.batch}"]
     result = {
         "env_steps_per_s": env_steps,
@@ -212,7 +240,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "two_workers_speedup": par["speedup"],
         "two_workers": par,
         "end_to_end_s": e2e,
-        "ray_vs_local": None,  # no Ray executor yet
+        "ray_vs_local": on_ray["ray_over_local"] if on_ray else None,  # Ray's wall time / the local pool's
+        "ray_vs_local_s": on_ray,
         "identical_episodes": bool(identical),
         "embed_words_cpu_s_per_scene": embed_cpu / len(specs),
         "episodes": len(specs),
@@ -229,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for b in BATCHES:
         table.add_row(f"policy steps / CPU s, batch {b}", f"{steps_s[f'batch_{b}']:.0f} ({steps_s[f'batch_{b}'] / env_steps:.2f}x env)")
     table.add_row(f"two workers vs one (batch {args.batch})", f"{par['speedup']:.2f}x")
+    if on_ray:
+        table.add_row("Ray / local pool wall time (2 workers)", f"{on_ray['ray_over_local']:.2f}x")
     table.add_row("identical episodes at every batch", str(identical))
     console.print(table)
     return result

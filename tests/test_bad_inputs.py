@@ -95,8 +95,8 @@ def test_config_files_that_are_not_utf8_or_explode_are_one_line_errors(tmp_path:
     ("scene.families=[pick_place, bogus]", "['bogus'] are not families of the tabletop backend"),
     ("scene.families=[stack, stack]", "lists a family twice"),
     ("engine.seed=[1, &a [2]]", "'engine.seed'"),
-    ("runtime.executor=ray", "'runtime.executor' = 'ray': Input should be 'local'"),  # no Ray executor yet
-    ("runtime.ray_address=auto", "unknown key 'runtime.ray_address'"),
+    ("runtime.executor=spark", "'runtime.executor' = 'spark': Input should be 'local' or 'ray'"),
+    ("runtime.ray_adress=auto", "unknown key 'runtime.ray_adress'"),
     ("bench.seeds=3", "unknown key 'bench.seeds'"),
 ])
 def test_set_values_are_validated_up_front(override: str, needle: str) -> None:

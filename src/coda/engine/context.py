@@ -108,6 +108,7 @@ class RunContext:
     families: tuple[str, ...] = ()
     lock: RunDirLock | None = field(default=None, repr=False)  # held while this process writes the run
     _backend: Any = field(default=None, repr=False)
+    _executor: Any = field(default=None, repr=False)
     _started: dict[tuple[int, str], dt.datetime] = field(default_factory=dict, repr=False)
 
     @property
@@ -118,6 +119,15 @@ class RunContext:
 
             self._backend = backend_for(self.cfg)
         return self._backend
+
+    @property
+    def executor(self) -> Any:
+        """Where the phases' policy rollouts run (`coda.runtime.executor`, from `runtime`), made once."""
+        if self._executor is None:
+            from coda.runtime.executor import make_executor
+
+            self._executor = make_executor(self.cfg.runtime)
+        return self._executor
 
     @property
     def seed(self) -> int:
@@ -135,7 +145,10 @@ class RunContext:
         return path.relative_to(self.run_dir).as_posix()
 
     def close(self) -> None:
-        """Close the memory and release the run directory's lock."""
+        """Close the memory and the executor, and release the run directory's lock."""
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
         self.memory.close()
         if self.lock is not None:
             self.lock.release()

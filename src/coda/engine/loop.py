@@ -169,7 +169,7 @@ def phase_measure_splits(ctx: RunContext, round_idx: int, checkpoint: Path,
             task = bar.add_task(f"round {round_idx} · measure", total=len(jobs))
             rollouts = evaluate_checkpoint(checkpoint, [j[2] for j in jobs], ctx.cfg.sim,
                                            workers=ctx.cfg.runtime.workers, batch=ctx.cfg.runtime.rollout_batch,
-                                           keyframes=keyframes,
+                                           executor=ctx.executor, keyframes=keyframes,
                                            record_states=False, on_done=lambda i, r: bar.advance(task))
         scen_ids = {r.spec_id: r.id for r in mem.list("scenario", run_id=ctx.run_id)}
         ckpt_rec = [c for c in mem.list("checkpoint", run_id=ctx.run_id) if c.path == ctx.rel(checkpoint)]

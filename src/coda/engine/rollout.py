@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import multiprocessing as mp
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,14 +218,15 @@ def episode_seed(spec: ScenarioSpec) -> int:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(checkpoint: str, sim_cfg: dict[str, Any], overrides: dict[str, Any] | None) -> None:
+def _init_worker(checkpoint: Any, sim_cfg: dict[str, Any], overrides: dict[str, Any] | None) -> None:
     import torch
 
     # Two processes on two cores: each keeps to one thread so they do not fight.
     torch.set_num_threads(1)
     from coda.policy.checkpoint import load_policy
+    from coda.runtime.executor import local_file
 
-    _WORKER["policy"] = load_policy(checkpoint, overrides=overrides)
+    _WORKER["policy"] = load_policy(local_file(checkpoint), overrides=overrides)
     _WORKER["policy"].eval()
     _WORKER["sim"] = SimConfig.model_validate(sim_cfg)
     _WORKER["envs"] = []  # made as a batch first needs them
@@ -274,6 +272,7 @@ def evaluate_checkpoint(
     record_states: bool = True,
     overrides: dict[str, Any] | None = None,
     on_done: Callable[[int, Rollout], None] | None = None,
+    executor: Any = None,
 ) -> list[Rollout]:
     """Roll the checkpoint's policy out once in each scene; results in the order of `specs`.
 
@@ -287,7 +286,8 @@ def evaluate_checkpoint(
         keyframes: front-camera frames kept per episode.
         record_states: keep privileged state traces (needed by the critic and verifier).
         overrides: inference-time policy config overrides (e.g. value_guided_samples).
-        on_done: called with (index, rollout) as each finishes, for progress bars.
+        on_done: called with (index, rollout) as each group of episodes finishes, for progress bars.
+        executor: where the worker processes run (`coda.runtime.executor`; default local, `workers` of them).
     Returns:
         One Rollout per spec.
     """
@@ -299,7 +299,7 @@ def evaluate_checkpoint(
         from coda.runtime.config import RuntimeConfig
 
         batch = int(RuntimeConfig.model_fields["rollout_batch"].default)
-    groups = rollout_groups(len(specs), workers, batch)
+    groups = rollout_groups(len(specs), executor.workers if executor is not None else workers, batch)
     jobs = [([specs[i] for i in g], keyframes, sim_cfg.render_size, record_states, batch) for g in groups]
 
     def take(g: range, rollouts: list[Rollout]) -> None:
@@ -308,17 +308,12 @@ def evaluate_checkpoint(
             if on_done:
                 on_done(i, r)
 
-    if workers <= 1 or len(jobs) <= 1:
-        _init_worker(str(checkpoint), sim_cfg.model_dump(), overrides)
-        try:
-            for g, job in zip(groups, jobs):
-                take(g, _run_group(job))
-        finally:
-            _close_worker()
-        return out  # type: ignore[return-value]
-    ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(str(checkpoint), sim_cfg.model_dump(), overrides)) as pool:
-        for g, rollouts in zip(groups, pool.map(_run_group, jobs, chunksize=1)):
-            take(g, rollouts)
+    if executor is None:
+        from coda.runtime.executor import LocalExecutor
+
+        executor = LocalExecutor(workers)
+    results = executor.map(_run_group, jobs, init=_init_worker, close=_close_worker,
+                           initargs=(executor.ship(checkpoint), sim_cfg.model_dump(), overrides))
+    for g, rollouts in zip(groups, results):
+        take(g, rollouts)
     return out  # type: ignore[return-value]

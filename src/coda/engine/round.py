@@ -81,7 +81,7 @@ def phase_evaluate(ctx: RunContext, r: int, checkpoint: Path,
         with progress_bar(ctx.console) as bar:
             task = bar.add_task(f"round {r} · evaluate", total=len(probes))
             rollouts = evaluate_checkpoint(checkpoint, probes, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,
-                                           batch=ctx.cfg.runtime.rollout_batch,
+                                           batch=ctx.cfg.runtime.rollout_batch, executor=ctx.executor,
                                            keyframes=ctx.cfg.critic.max_images, record_states=False,
                                            on_done=lambda i, _: bar.advance(task))
         arts = []
@@ -429,7 +429,8 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
             return []
         flat = [s for _, probes in measured for s in probes]
         before, after = (evaluate_checkpoint(c, flat, ctx.cfg.sim, workers=ctx.cfg.runtime.workers,
-                                             batch=ctx.cfg.runtime.rollout_batch, record_states=False)
+                                             batch=ctx.cfg.runtime.rollout_batch, executor=ctx.executor,
+                                             record_states=False)
                          for c in (prev_checkpoint, checkpoint))
         rows, i = [], 0
         for prog, probes in measured:

@@ -10,7 +10,8 @@ from coda.config_base import Section
 
 
 class RuntimeConfig(Section):
-    executor: Literal["local"] = "local"  # where parallel jobs run: local worker processes (no other executor yet)
+    executor: Literal["local", "ray"] = "local"  # where policy rollouts run: local worker processes, or Ray actors (coda.runtime.executor)
+    ray_address: str | None = None  # executor "ray": a running cluster ("auto", "ray://host:10001"); none starts a local Ray
     workers: int = Field(2, ge=1)  # parallel rollout processes
     rollout_batch: int = Field(16, ge=1)  # episodes one process steps in lockstep, one policy call per chunk boundary for all (episodes do not depend on it)
     run_root: str = "runs"  # parent folder of run directories
