@@ -430,33 +430,6 @@ def sft_policy(families: Sequence[str], sizes: Sizes, cfg: Any, workers: int, co
     return ckpt, {**info, "cached": False}
 
 
-class PolicySuccess:
-    """spec -> whether the policy solves it; memoised per scene (rollouts are deterministic).
-
-    Args:
-        checkpoint: the policy checkpoint.
-        env: the simulator env to roll out in.
-    """
-
-    def __init__(self, checkpoint: Path, env: Any) -> None:
-        from coda.policy.checkpoint import load_policy
-
-        self.env = env
-        self.policy = load_policy(checkpoint)
-        self.policy.eval()
-        self.cache: dict[str, bool] = {}
-
-    def __call__(self, spec: ScenarioSpec) -> bool:
-        if spec.spec_id not in self.cache:
-            import torch
-
-            from coda.engine.rollout import rollout_policy
-
-            with torch.no_grad():
-                self.cache[spec.spec_id] = rollout_policy(self.env, self.policy, spec, record_states=False).success
-        return self.cache[spec.spec_id]
-
-
 # ---- failures ----------------------------------------------------------------------------------------
 
 
@@ -677,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"{len(failures.episodes)} failed episodes out of {n_rolled} OOD rollouts")
 
     from coda.critic.verify import Verifier
+    from coda.engine.backend import PolicySuccess
     from coda.scene.splits import build_split
     from coda.sim.backends import make_env
 
@@ -687,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     dump = args.dump.open("w") if args.dump else None
     results: dict[str, Any] = {}
     try:
-        policy_success = PolicySuccess(ckpt, env)
+        policy_success = PolicySuccess(ckpt, env)  # one rollout at a time, memoised per scene
         verifier = Verifier(cfg.critic, cfg.shaping, env_factory=lambda: env, seed=VERIFY_SEED)
         with progress_bar(console) as bar:
             for name in args.critics:

@@ -185,7 +185,7 @@ class RoundBackend:
         """The Verdict of each (diagnosis, EpisodeRecord) in `jobs`, in order: one verifier (`make_verifier`
         with `seed`) checks them against the policy of `checkpoint`, acting in `env`."""
         verifier = self.make_verifier(env, seed)
-        success = policy_success_fn(checkpoint, env, self.cfg.runtime.rollout_batch, self.make_env)
+        success = PolicySuccess(checkpoint, env, self.cfg.runtime.rollout_batch, self.make_env)
         try:
             return [verifier.check(d, ep, policy_success=success, base_scenes=base_scenes) for d, ep in jobs]
         finally:
@@ -260,12 +260,6 @@ class PolicySuccess:
         for env in self._extra:
             env.close()
         self._extra.clear()
-
-
-def policy_success_fn(checkpoint: Any, env: Any, batch: int = 1, make_env: Callable[[], Any] | None = None) -> PolicySuccess:
-    """A `PolicySuccess` of `checkpoint` acting in `env` (and, to prefetch `batch` scenes at once, envs from
-    `make_env`)."""
-    return PolicySuccess(checkpoint, env, batch, make_env)
 
 
 @dataclass(frozen=True)
@@ -378,5 +372,5 @@ def backend_for(cfg: "CodaConfig") -> RoundBackend:
     return BACKENDS.get(cfg.sim.backend)(cfg)
 
 
-__all__ = ["BACKENDS", "Drawn", "EpisodeJob", "PolicySuccess", "RoundBackend", "backend_for", "policy_success_fn", "round_env",
+__all__ = ["BACKENDS", "Drawn", "EpisodeJob", "PolicySuccess", "RoundBackend", "backend_for", "round_env",
            "run_episode_job", "valid_scenes"]

@@ -244,12 +244,12 @@ def _run_group(args: tuple[list[ScenarioSpec], int, int, bool, int]) -> list[Rol
 
     from coda.engine.backend import round_env
 
-    envs = _WORKER["envs"]
-    while len(envs) < min(batch, len(specs)):
+    envs, n = _WORKER["envs"], min(batch, len(specs))  # a group is never empty
+    while len(envs) < n:
         envs.append(round_env(_WORKER["sim"]))
     with torch.no_grad():
-        return rollout_batch(envs[: max(1, min(batch, len(specs)))], _WORKER["policy"], specs, keyframes=keyframes,
-                             render_size=size, record_states=record_states)
+        return rollout_batch(envs[:n], _WORKER["policy"], specs, keyframes=keyframes, render_size=size,
+                             record_states=record_states)
 
 
 def rollout_groups(n: int, workers: int, batch: int) -> list[range]:
@@ -280,7 +280,7 @@ def evaluate_checkpoint(
         checkpoint: policy checkpoint file.
         specs: scenes.
         sim_cfg: simulator settings (horizon, rendering size).
-        workers: processes (1 = in this process).
+        workers: processes (1 = in this process), when no `executor` is given.
         batch: episodes each process steps in lockstep (`rollout_batch`; default `runtime.rollout_batch`'s
             default); the episodes do not depend on it.
         keyframes: front-camera frames kept per episode.
@@ -299,21 +299,17 @@ def evaluate_checkpoint(
         from coda.runtime.config import RuntimeConfig
 
         batch = int(RuntimeConfig.model_fields["rollout_batch"].default)
-    groups = rollout_groups(len(specs), executor.workers if executor is not None else workers, batch)
-    jobs = [([specs[i] for i in g], keyframes, sim_cfg.render_size, record_states, batch) for g in groups]
-
-    def take(g: range, rollouts: list[Rollout]) -> None:
-        for i, r in zip(g, rollouts):
-            out[i] = r
-            if on_done:
-                on_done(i, r)
-
     if executor is None:
         from coda.runtime.executor import LocalExecutor
 
         executor = LocalExecutor(workers)
+    groups = rollout_groups(len(specs), executor.workers, batch)
+    jobs = [([specs[i] for i in g], keyframes, sim_cfg.render_size, record_states, batch) for g in groups]
     results = executor.map(_run_group, jobs, init=_init_worker, close=_close_worker,
                            initargs=(executor.ship(checkpoint), sim_cfg.model_dump(), overrides))
     for g, rollouts in zip(groups, results):
-        take(g, rollouts)
+        for i, r in zip(g, rollouts):
+            out[i] = r
+            if on_done:
+                on_done(i, r)
     return out  # type: ignore[return-value]

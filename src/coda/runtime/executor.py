@@ -8,11 +8,12 @@ process in one order, as with the local pool. Functions and jobs cross process b
 `ray`: workers are actors, `runtime.workers` of them, each holding one CPU; `runtime.ray_address` names
 a running cluster (`auto`, `ray://host:port`), or none starts a local Ray on loopback without a dashboard.
 Files a worker needs (a policy checkpoint) are shipped by content through the object store
-(`Executor.ship`): a cluster's nodes need not share a filesystem with the driver.
+(`RayExecutor.ship`): a cluster's nodes need not share a filesystem with the driver.
 """
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing as mp
 import os
 import tempfile
@@ -29,13 +30,14 @@ class ExecutorError(CodaError):
 
 
 class Shipped:
-    """A file's bytes, to be written once per worker process and used by path there (`local_path`)."""
+    """A file's bytes (or their object-store reference), to be written once per worker process and used by
+    path there (`local_path`); `digest` (sha256 of the bytes) names the copy."""
 
-    def __init__(self, name: str, data: Any) -> None:
-        self.name, self.data = name, data
+    def __init__(self, name: str, data: Any, digest: str) -> None:
+        self.name, self.data, self.digest = name, data, digest
 
     def local_path(self) -> Path:
-        key = f"{os.getpid()}-{id(self.data)}"
+        key = f"{self.digest}/{self.name}"
         path = _SHIPPED.get(key)
         if path is None:
             data = self.data
@@ -50,7 +52,7 @@ class Shipped:
         return path
 
 
-_SHIPPED: dict[str, Path] = {}
+_SHIPPED: dict[str, Path] = {}  # digest/name -> this process's copy
 
 
 def local_file(f: str | Path | Shipped) -> Path:
@@ -70,14 +72,12 @@ class LocalExecutor:
         return path  # the workers share this machine's filesystem
 
     def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], *, init: Callable[..., None] | None = None,
-            initargs: tuple = (), close: Callable[[], None] | None = None, in_process: bool = True) -> Iterator[Any]:
-        """`fn(job)` for each job, in order, in workers set up by `init(*initargs)`; with one worker (and
-        `in_process`) in this process, `close()` called at the end."""
+            initargs: tuple = (), close: Callable[[], None] | None = None) -> Iterator[Any]:
+        """`fn(job)` for each job, in order, in workers set up by `init(*initargs)`; with one worker (or one
+        job) in this process, `close()` called at the end."""
         if not jobs:
             return
         if self.workers <= 1 or len(jobs) <= 1:
-            if not in_process:
-                raise ExecutorError("this job needs worker processes")
             if init is not None:
                 init(*initargs)
             try:
@@ -123,12 +123,14 @@ class RayExecutor:
         import ray
 
         p = Path(path)
-        return Shipped(p.name, ray.put(p.read_bytes()))
+        data = p.read_bytes()
+        return Shipped(p.name, ray.put(data), hashlib.sha256(data).hexdigest())
 
     def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], *, init: Callable[..., None] | None = None,
-            initargs: tuple = (), close: Callable[[], None] | None = None, in_process: bool = True) -> Iterator[Any]:
-        """`fn(job)` for each job, in order, on actors set up by `init(*initargs)`; a job whose actor dies
-        is retried once on another (the jobs are pure functions of their inputs), then the map fails."""
+            initargs: tuple = (), close: Callable[[], None] | None = None) -> Iterator[Any]:
+        """`fn(job)` for each job, in order, on actors set up by `init(*initargs)` (`close` is not needed:
+        the actors are killed at the end); an actor that dies is restarted (set up again) and its job
+        retried once (the jobs are pure functions of their inputs), then the map fails."""
         if not jobs:
             return
         import ray
@@ -174,9 +176,6 @@ class _RayWorker:
     def __init__(self, init: Callable[..., None] | None, initargs: tuple) -> None:
         if init is not None:
             init(*initargs)
-
-    def pid(self) -> int:
-        return os.getpid()
 
     def run(self, fn: Callable[[Any], Any], job: Any) -> Any:
         return fn(job)

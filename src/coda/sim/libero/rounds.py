@@ -182,14 +182,14 @@ def _episode(job: tuple[Any, set[str]]) -> Any:
 def _verify(job: tuple[str, int, Any, Any, list[Any]]) -> Any:
     """One diagnosis' verdict in a worker: its verifier (per seed) and the policy (per checkpoint) are kept
     for the worker's next diagnoses, as one process keeps them for all of a round's."""
-    from coda.engine.backend import policy_success_fn
+    from coda.engine.backend import PolicySuccess
 
     checkpoint, seed, diagnosis, episode, base_scenes = job
     backend, env = _WORKER["backend"], _WORKER["env"]
     if _WORKER.get("verifier_key") != (checkpoint, seed):
         _WORKER["verifier_key"] = (checkpoint, seed)
         _WORKER["verifier"] = backend.make_verifier(env, seed)
-        _WORKER["success"] = policy_success_fn(checkpoint, env)
+        _WORKER["success"] = PolicySuccess(checkpoint, env)
     return _WORKER["verifier"].check(diagnosis, episode, policy_success=_WORKER["success"], base_scenes=base_scenes)
 
 
