@@ -146,6 +146,36 @@ def obs_to_batch(observations: Sequence[Mapping[str, Any]], text: TextEmbedder) 
     )
 
 
+def padded_sizes(ob: ObsBatch) -> Tensor:
+    """(B, 3) long: each row's own entity, description-token and instruction-token extents (M up to its last
+    real entity, J its longest description, L its instruction; each at least 1), what `obs_to_batch` would pad
+    that row to alone."""
+    b, m_max = ob.object_mask.shape
+    slots = torch.arange(1, m_max + 1).expand(b, m_max)
+    m = torch.where(ob.object_mask, slots, 0).amax(dim=1).clamp(min=1)
+    j = ob.object_token_mask.sum(dim=2).amax(dim=1).clamp(min=1)
+    ln = ob.instruction_token_mask.sum(dim=1).clamp(min=1)
+    return torch.stack([m, j.long(), ln.long()], dim=1)
+
+
+def resize_batch(ob: ObsBatch, m: int, j: int, ln: int) -> ObsBatch:
+    """`ob` with M, J and L padded (zeros, masked out) or cut to exactly m, j and ln; cutting must drop only
+    padding (`padded_sizes` of every row at most (m, j, ln))."""
+
+    def fit(t: Tensor, dim: int, n: int) -> Tensor:
+        if t.shape[dim] >= n:
+            return t.narrow(dim, 0, n)
+        shape = list(t.shape)
+        shape[dim] = n - t.shape[dim]
+        return torch.cat([t, t.new_zeros(shape)], dim=dim)
+
+    objects, mask, emb = (fit(t, 1, m) for t in (ob.objects, ob.object_mask, ob.object_emb))
+    obj_tok = fit(fit(ob.object_tokens, 1, m), 2, j)
+    obj_tok_mask = fit(fit(ob.object_token_mask, 1, m), 2, j)
+    return ObsBatch(ob.proprio, objects, mask, emb, ob.instruction_emb, obj_tok, obj_tok_mask,
+                    fit(ob.instruction_tokens, 1, ln), fit(ob.instruction_token_mask, 1, ln))
+
+
 def pad_tokens(tokens: Sequence[np.ndarray], dim: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-text token arrays (L_i, E) -> zero-padded (N, L, E) and mask (N, L), L = max(1, max L_i)."""
     length = max([1, *(len(t) for t in tokens)])

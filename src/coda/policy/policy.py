@@ -16,8 +16,8 @@ Training losses:
 
 Inference: the mean chunk, or with `value_guided_samples = N > 0`, N candidates (the mean and N-1 samples)
 of which the one with the highest Q (min of the twins) is executed. `predict_chunks` takes many observations
-at once (batched rollouts) and runs them in blocks of exactly `INFERENCE_ROWS`, so an observation's chunk is
-the same bits whatever else shares its batch; each episode's candidates come from its own stream
+at once (batched rollouts) and runs them in blocks of exactly `INFERENCE_ROWS` rows, each block padded to a
+shape set by its rows' own sizes, so an observation's chunk is the same bits whatever else shares its batch; each episode's candidates come from its own stream
 (`EpisodeActions.rng`).
 """
 
@@ -35,7 +35,9 @@ from torch import Tensor, nn
 
 from coda.policy.config import PolicyConfig
 from coda.policy.errors import PolicyUsageError
-from coda.policy.features import NormStats, ObsBatch, ObsDims, gripper_pose, obs_to_batch, to_absolute, to_relative
+from coda.policy.features import (
+    NormStats, ObsBatch, ObsDims, gripper_pose, obs_to_batch, padded_sizes, resize_batch, to_absolute, to_relative,
+)
 from coda.policy.networks import VALUE_BINS, ChunkActorHead, ChunkCriticNet, ObsEncoder
 from coda.policy.samples import CriticBatch, TrainBatch
 from coda.policy.targets import awr_weights, chunk_targets, expectile_loss
@@ -43,6 +45,7 @@ from coda.policy.text import TextEmbedder, text_encoder_for
 
 ARCH_VERSION = 2  # 2: word-piece grounding (TokenGrounding)
 INFERENCE_ROWS = 16  # observations per inference forward pass; a batch is run in blocks of exactly this many
+_LADDER = torch.tensor([4, 8, 8])  # inference pads entities, description and instruction word pieces to multiples of these
 
 
 def _pad_dim(x: Tensor, dim: int, size: int) -> Tensor:
@@ -261,18 +264,28 @@ class ChunkPolicy(nn.Module):
             raise PolicyUsageError(f"{what} needs a trained critic, but this policy's critic has 0 updates")
 
     def _blocks(self, fn: Any, ob: ObsBatch, *extra: Tensor | None) -> Tensor:
-        """`fn(block, *extra_rows)` over the rows of `ob` in blocks of exactly `INFERENCE_ROWS` (the last one
-        filled with copies of its first row), concatenated back to B rows. One block shape for every batch
-        size keeps a row's result a function of that row alone: CPU kernels sum in an order that depends on
-        the number of rows, not on the other rows' values or on entity and token padding."""
+        """`fn(block, *extra_rows)` over the rows of `ob`, concatenated back to B rows in their order. Rows are
+        grouped by their own padded extents rounded up to a fixed ladder (`padded_sizes`, entities to a
+        multiple of 4, word pieces to a multiple of 8), each group padded to exactly that shape and run in
+        blocks of exactly `INFERENCE_ROWS` (the last one filled with copies of its first row). A row's block
+        shape then depends on that row alone, and so do its bits: CPU kernels sum in an order that depends on
+        the shapes (rows, and the masked entity and token slots; how, differs between CPUs), not on the other
+        rows' values."""
         b, k = ob.proprio.shape[0], INFERENCE_ROWS
-        out = []
-        for lo in range(0, b, k):
-            idx = torch.arange(lo, min(lo + k, b))
-            real = idx.shape[0]
-            idx = torch.cat([idx, idx[:1].expand(k - real)])
-            out.append(fn(ob.index(idx), *(None if e is None else e[idx] for e in extra))[:real])
-        return torch.cat(out)
+        sizes = padded_sizes(ob)
+        sizes = (sizes + _LADDER - 1) // _LADDER * _LADDER
+        out: list[Tensor | None] = [None] * b
+        for key in sorted({tuple(r) for r in sizes.tolist()}):
+            rows = torch.nonzero((sizes == torch.tensor(key)).all(dim=1)).flatten()
+            group = resize_batch(ob.index(rows), *key)
+            for lo in range(0, rows.shape[0], k):
+                idx = torch.arange(lo, min(lo + k, rows.shape[0]))
+                real = idx.shape[0]
+                idx = torch.cat([idx, idx[:1].expand(k - real)])
+                res = fn(group.index(idx), *(None if e is None else e[rows[idx]] for e in extra))[:real]
+                for r, row in zip(rows[lo:lo + real].tolist(), res):
+                    out[r] = row
+        return torch.stack(out)  # type: ignore[arg-type]
 
     def _noise(self, b: int, n: int, generators: Sequence[torch.Generator] | None) -> Tensor:
         """(B, n-1, H, A) standard normal draws for sampled candidates, row i from `generators[i]` (all rows
