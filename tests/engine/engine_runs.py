@@ -23,7 +23,7 @@ from coda.config import CodaConfig, build_config
 
 FAMILY = "pick_place"
 SETTINGS = ("policy.text_model=hashing", "policy.torch_threads=1", "sim.max_steps=80")
-ROUND_STRATEGIES = ("coda", "coda-sparse", "replay", "accel", "plr", "dr")
+ROUND_STRATEGIES = ("coda", "coda-sparse", "replay", "accel", "plr", "dr", "dagger")
 TIMINGS = ("wall_s", "samples_per_s")  # checkpoint metrics that measure time, not the policy
 _ROOT: list[Path] = []
 _RUNS: dict[str, Path] = {}

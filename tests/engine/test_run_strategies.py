@@ -175,6 +175,32 @@ def test_accel_and_replay_edit_the_scenes_they_select(runs: dict[str, Path]) -> 
             assert made and all(s.provenance.parent in parents for s in made)
 
 
+def test_dagger_relabels_its_own_failed_probes_from_their_first_step(runs: dict[str, Path]) -> None:
+    from coda.policy.data import DemoDataset
+
+    path = runs["dagger"]
+    cfg = E.config("dagger")
+    with E.open_run(path) as mem:
+        rid = path.name
+        probes = [e for e in mem.list("episode", run_id=rid, round_idx=1) if e.phase == "evaluate"]
+        failed = [e.id for e in probes if not e.success]
+        assert failed, "the tiny SFT policy fails some probe; the test needs one"
+        listed = next(t.body for t in mem.list("training_program", run_id=rid, round_idx=1) if t.key == "corrective_r1")
+        assert listed["episodes"] == failed[: cfg.engine.demo_budget // 4] and listed["episodes"]
+        train = next(t.body for t in mem.list("training_program", run_id=rid, round_idx=1) if t.key == "round_1")
+        assert train["corrective"] == len(listed["episodes"])
+        assert train["expert_demos"] + train["corrective"] <= cfg.engine.demo_budget
+        assert {p.key for p in mem.list("generation_program", run_id=rid, round_idx=1)} == {"dr", "fill"}
+        spec_ids = {mem.get("scenario", e.scenario_id).spec_id for e in probes if e.id in listed["episodes"]}
+    relabelled = [ep for ep in DemoDataset(path / "demos" / "round_001").episodes()  # probe replays carry no label
+                  if any(c is not None for c in ep.label_chunks or [])]
+    assert {ep.spec_id for ep in relabelled} == spec_ids
+    for ep in relabelled:  # labelled along the policy's own states, from the first one
+        labels = ep.label_chunks or []
+        assert labels[0] is not None
+        assert all((c is not None) == (t % cfg.policy.n_action_steps == 0) for t, c in enumerate(labels[:-1]))
+
+
 @pytest.mark.parametrize("setting", ["engine.improvement=awr", "engine.value_guided_samples=4"])
 def test_critic_round_trains_on_its_probe_rollouts(tmp_path: Path, setting: str) -> None:
     """With AWR or value-guided selection, a round adds its probe rollouts (no labels) to the critic's data and

@@ -62,7 +62,7 @@ def run_command(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
-    strategy: Annotated[Optional[str], typer.Option(help="coda | coda-sparse | replay | accel | plr | dr | sft")] = None,
+    strategy: Annotated[Optional[str], typer.Option(help="coda | coda-sparse | replay | accel | plr | dr | dagger | sft")] = None,
     family: Annotated[Optional[list[str]], typer.Option(help="task family (repeatable); default: all four")] = None,
     rounds: Annotated[Optional[int], typer.Option(help="co-evolution rounds after SFT")] = None,
     seed: Annotated[Optional[int], typer.Option(help="master seed")] = None,

@@ -10,7 +10,7 @@ from coda.config_base import Section
 
 
 class EngineConfig(Section):
-    strategy: str = "coda"  # registered strategy: coda, coda-sparse, replay, accel, plr, dr, sft
+    strategy: str = "coda"  # registered strategy: coda, coda-sparse, replay, accel, plr, dr, dagger, sft
     rounds: int = Field(5, ge=0)  # co-evolution rounds after SFT
     generation_budget: int = Field(64, ge=1)  # new scenes generated per round
     demo_budget: int = Field(64, ge=0)  # expert demonstrations per round

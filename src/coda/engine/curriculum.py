@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from coda.engine.context import RunContext
-from coda.engine.strategies import Evidence, Plan
+from coda.engine.strategies import Evidence, Plan, corrective_budget
 from coda.scene.spec import ScenarioSpec
 
 
@@ -68,7 +68,7 @@ def plan_modes(ev: Evidence) -> Plan:
     plan = Plan(sources=[], modes={k: {"description": modes[k].description,
                                        "embedding": modes[k].record_fields()["embedding"]} for k in members})
     explore = shares.pop("explore", 0)
-    corrective_left = ctx.cfg.engine.demo_budget // 4
+    corrective_left = corrective_budget(ctx)
     training = _TrainingCompiler(ctx, ev, pairs)
     try:
         for key, count in sorted(shares.items()):

@@ -8,6 +8,7 @@
 | `accel`       | explore + last mutations  | no              | mutations of the highest-scoring scenes in a PLR buffer | none    |
 | `plr`         | explore + last replays    | no              | replay of buffer scenes by score and staleness          | none    |
 | `dr`          | explore                   | no              | uniform domain randomisation over all operators         | none    |
+| `dagger`      | explore                   | no              | domain randomisation; its failed probes relabelled      | none    |
 | `sft`         | –                         | –               | no rounds                                               | –       |
 
 Shaping acts on the chunk critic, and through it on the actor: every closed-loop strategy fine-tunes with
@@ -335,6 +336,21 @@ def plan_replay(ev: Evidence) -> Plan:
                              "count": ev.budget})])
 
 
+def corrective_budget(ctx: RunContext) -> int:
+    """How many failed probe episodes a round may have the expert relabel: a quarter of the label budget
+    (`engine.demo_budget`); the rest goes to expert demos in the generated scenes."""
+    return ctx.cfg.engine.demo_budget // 4
+
+
+def plan_dagger(ev: Evidence) -> Plan:
+    """DAgger: domain-randomised scenes, and the expert relabels the policy's own failed probe episodes
+    along the states the policy visited (from their first step). It relabels as many failures as CoDA may
+    (`corrective_budget`), and the rest of the label budget goes to expert demos in the generated scenes, so
+    both spend the same labels; what differs is which failures and scenes they pick."""
+    failed = [p.episode_id for p in ev.probes if not p.success][: corrective_budget(ev.ctx)]
+    return Plan([("dr", ev.dr_body(ev.budget))], corrective=failed)
+
+
 def level_score(success: bool, error: str | None) -> float:
     """A probe episode's level score (`failure` of its outcome); NaN when the simulator cut it short."""
     from coda.engine.ued import SceneResults, Score
@@ -418,10 +434,11 @@ def _plan_modes(ev: Evidence) -> Plan:
 for _s in (Strategy("coda", True, True, _plan_modes), Strategy("coda-sparse", True, False, _plan_modes),
            Strategy("replay", False, False, plan_replay), Strategy("accel", False, False, plan_accel, ("accel",)),
            Strategy("plr", False, False, plan_plr, ("plr_replay",)), Strategy("dr", False, False, plan_dr),
+           Strategy("dagger", False, False, plan_dagger),
            Strategy("sft", False, False, None)):
     STRATEGIES.register(_s.name, _s)
 
 
 __all__ = ["Evidence", "FILL_KEY", "Plan", "Planner", "STRATEGIES", "STREAMS", "Strategy", "StrategyError",
-           "candidate_stream", "explore_probes", "level_buffer", "level_score", "make_strategy", "phase_compile",
+           "candidate_stream", "corrective_budget", "explore_probes", "level_buffer", "level_score", "make_strategy", "phase_compile",
            "plr_draw", "rescore_probes", "run_round"]
