@@ -2,29 +2,41 @@
 
 For each (seed, family) one `sft` run fits the SFT policy (round 0: the family's `sft` training scenes, expert
 demos, behaviour cloning, evaluation on every split). Each closed-loop strategy (`coda`, `coda-sparse`,
-`replay`, `accel`, `plr`, `dr`) then starts from that run's round 0 (`coda run --from-round0`), so all of them
-fine-tune the *same* SFT policy, under the same generation budget, expert-demo budget and training steps.
-Every run is a `coda run` subprocess with its own run directory, memory and report; two run at a time (one per
-core, one rollout process and one torch thread each). A killed benchmark started again with the same
-arguments skips finished runs and resumes unfinished ones; `wall_seconds` sums the wall time of every
-invocation that finished (`invocations.jsonl` in the work directory), and `meta.run_seconds` gives each run's
-subprocess seconds over its attempts.
+`replay`, `accel`, `plr`, `dr`, `dagger`) then starts from that run's round 0 (`coda run --from-round0`), so all
+of them fine-tune the *same* SFT policy, under the same generation budget, expert-label budget and training
+steps, and are evaluated on the same scenes. Every run is a `coda run` subprocess with its own run directory,
+memory and report; two run at a time (one per core, one rollout process and one torch thread each). A killed
+benchmark started again with the same arguments skips finished runs and resumes unfinished ones;
+`wall_seconds` sums the wall time of every invocation that finished (`invocations.jsonl` in the work
+directory), and `meta.run_seconds` gives each run's subprocess seconds over its attempts.
 
 Success is read from each run's memory: the policy after the last round on the evaluation splits (`sft` in
 distribution; `position`, `instruction`, `task`, `object`, `distractor`, `physics` out of distribution), scenes
 made with the run's seed, never trained on. OOD success pools every OOD episode of a strategy over seeds and
 families; its 95% Wilson interval treats episodes as independent (the per-seed values are reported beside it).
+Since every strategy of a seed plays the same evaluation scenes, each is also compared with `coda` scene by
+scene: the paired difference, its bootstrap 95% interval and the exact McNemar p (`coda.policy.stats`).
+Each run's memory also gives its seconds per phase (`phase_seconds`, summed over runs, rounds ≥ 1 for the
+closed-loop strategies and round 0 for `sft`) and, for `coda` and `coda-sparse`, per round: probes, failed
+probes, diagnoses, how many verified, and the share of the generation budget that went to failure-mode
+programs.
 
 Writes `bench/results/headline.json` (`--fast`: `headline_fast.json`) and a markdown table next to it:
 
     {"strategies": {name: {"ood_success", "ci95", "id_success", "per_family": {family: {split: rate}},
-                           "ood_per_seed": [...], "n_ood": int}},
-     "sft_to_coda_ratio", "coda_minus_best_closed_loop_pp", "best_closed_loop", "seeds", "rounds",
-     "generation_budget_per_round", "wall_seconds", "meta": {...}}
+                           "ood_per_seed": [...], "n_ood": int, "n_id": int,
+                           "phase_seconds": {phase: s},
+                           "paired_vs_coda": {"diff", "ci95", "p", "n"},      # not for coda itself
+                           "rounds": {run: [{"round", "probes", "failed_probes", "diagnoses", "verified",
+                                             "mode_budget_share", "modes_programmed"}]}}},  # coda, coda-sparse
+     "sft_to_coda_ratio", "coda_minus_best_closed_loop_pp", "best_closed_loop", "intervals_apart", "seeds",
+     "rounds", "generation_budget_per_round", "labels_per_round", "eval_scenes_per_split", "probes_per_round",
+     "diagnoses_per_round", "wall_seconds", "meta": {...}}
 
 Usage:
-    python bench/headline.py                  # 3 seeds (about 1.5 hours on 2 cores)
-    python bench/headline.py --fast           # 1 seed, the same sizes (about 25 minutes)
+    python bench/headline.py                  # 3 seeds (about 10 hours on 2 cores at SIZES: 11-15 min per
+                                              # closed-loop run, two at a time, measured on push)
+    python bench/headline.py --fast           # 1 seed, the same sizes (about 3.2 hours)
     python bench/headline.py --strategies coda dr --families pick_place --seeds 1
 """
 
@@ -54,17 +66,18 @@ from rich.table import Table  # noqa: E402
 from coda.scene.spec import FAMILIES  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-CLOSED_LOOP = ("coda", "coda-sparse", "replay", "accel", "plr", "dr")
-BASELINES = ("replay", "accel", "plr", "dr")  # the closed-loop baselines coda is compared against
+CLOSED_LOOP = ("coda", "coda-sparse", "replay", "accel", "plr", "dr", "dagger")
+BASELINES = ("replay", "accel", "plr", "dr", "dagger")  # the closed-loop baselines coda is compared against
 OOD_SPLITS = ("position", "instruction", "task", "object", "distractor", "physics")
 # The sizes the reported numbers are for, on top of the `full` preset; stated here so a preset cannot silently
-# change the benchmark. The policy is the one bench/sft.py reports (≥ 80% in distribution per family).
+# change the benchmark. The SFT policy has bench/sft.py's sizes (200 scenes per family, 1500 steps): on push,
+# seed 0, it reaches 0.67 in distribution with them and 0.53 with 100 scenes and 1000 steps.
 SIZES = [
     "policy.hidden=64", "policy.layers=2", "policy.heads=4", "policy.batch_size=128", "policy.lr=0.001",
-    "policy.train_steps=1000", "policy.finetune_steps=300", "policy.torch_threads=1",
-    "scene.sft_scenes_per_family=100", "bench.eval_scenes_per_split=10",
-    "engine.rounds=2", "engine.generation_budget=16", "engine.demo_budget=16", "engine.probe_scenes=12",
-    "engine.max_diagnoses=4", "engine.mode_probes=4", "critic.counterfactual_k=4",
+    "policy.train_steps=1500", "policy.finetune_steps=300", "policy.torch_threads=1",
+    "scene.sft_scenes_per_family=200", "bench.eval_scenes_per_split=30",
+    "engine.rounds=4", "engine.generation_budget=64", "engine.demo_budget=64", "engine.probe_scenes=32",
+    "engine.max_diagnoses=12", "engine.mode_probes=4", "critic.counterfactual_k=4",
     "engine.measure_every_round=false", "engine.improvement=awr", "runtime.workers=1",
 ]
 
@@ -94,7 +107,7 @@ def run_status(path: Path) -> str:
     try:
         status = ctx.memory.get_run(ctx.run_id).status
     finally:
-        ctx.memory.close()
+        ctx.close()
     return "done" if status == "done" else "partial"
 
 
@@ -142,28 +155,71 @@ def run_seconds(work: Path, job: Job) -> float:
     return float(f.read_text()) if f.is_file() else 0.0
 
 
-def final_outcomes(path: Path) -> dict[str, dict[str, list[bool]]]:
-    """{family: {split: [success, ...]}} of the policy after a run's last round (phase "measure")."""
+def final_outcomes(path: Path) -> dict[str, dict[str, dict[str, bool]]]:
+    """{family: {split: {scene spec_id: success}}} of the policy after a run's last round (phase "measure")."""
     from coda.engine.loop import resume_run
 
     ctx = resume_run(path)
     try:
+        spec_ids = {s.id: s.spec_id for s in ctx.memory.list("scenario", run_id=ctx.run_id)}
         eps = [e for e in ctx.memory.list("episode", run_id=ctx.run_id)
                if e.phase == "measure" and e.policy == "policy" and e.info.get("kind") == "eval"]
         last = max(e.round for e in eps)
-        out: dict[str, dict[str, list[bool]]] = {}
+        out: dict[str, dict[str, dict[str, bool]]] = {}
         for e in eps:
             if e.round == last:
-                out.setdefault(e.info["family"], {}).setdefault(e.info["split"], []).append(bool(e.success))
+                out.setdefault(e.info["family"], {}).setdefault(e.info["split"], {})[spec_ids[e.scenario_id]] = bool(e.success)
         return out
     finally:
-        ctx.memory.close()
+        ctx.close()
+
+
+def run_evidence(path: Path, strategy: str) -> dict[str, Any]:
+    """What a run's memory says about its rounds: seconds per phase (rounds 1.. for a closed-loop run, round 0
+    for `sft`), and per round the probes that failed, the diagnoses and how many verified, and the share of
+    the generation budget that went to failure-mode programs (`coda`, `coda-sparse`)."""
+    from coda.engine.loop import resume_run
+    from coda.engine.report_data import load_report_data
+
+    ctx = resume_run(path)
+    try:
+        seconds: dict[str, float] = {}
+        for (r, phase), secs in ctx.memory.phase_seconds(ctx.run_id).items():
+            if (r == 0) == (strategy == "sft"):
+                seconds[phase] = seconds.get(phase, 0.0) + secs
+        data = load_report_data(ctx.memory, ctx.run_id)
+    finally:
+        ctx.close()
+    rounds = []
+    budget = int(data.config.get("engine", {}).get("generation_budget", 0)) or 1
+    for r in data.rounds:
+        if r == 0:
+            continue
+        outcomes = list(data.diagnosis_counts.get(r, {}).values())  # per critic mode: outcome -> count
+        diagnosed = sum(sum(c.values()) for c in outcomes)
+        verified = sum(c["verified"] for c in outcomes)
+        to_modes = sum(p.count for p in data.programs if p.round == r and p.mode)
+        probe = data.probe_success.get(r)
+        rounds.append({"round": r, "probes": probe.n if probe else 0,
+                       "failed_probes": (probe.n - probe.k) if probe else 0,
+                       "diagnoses": diagnosed, "verified": verified, "mode_budget_share": to_modes / budget,
+                       "modes_programmed": len({p.mode for p in data.programs if p.round == r and p.mode})})
+    return {"phase_seconds": seconds, "rounds": rounds}
 
 
 def summarise(work: Path, jobs: list[Job], strategies: list[str]) -> dict[str, Any]:
-    """The headline numbers from the finished runs' memories."""
-    from coda.policy.stats import wilson_interval
+    """The headline numbers from the finished runs' memories. Every strategy of a seed is evaluated on the same
+    scenes (made in the shared round 0), so each is paired with `coda` scene by scene."""
+    from coda.policy.stats import paired_difference, wilson_interval
 
+    outcomes = {j: final_outcomes(run_dir(work, j)) for j in jobs if j.strategy in strategies}
+
+    def ood_pairs(s: str) -> dict[tuple[int, str, str, str], bool]:
+        return {(j.seed, fam, split, sid): ok for j, res in outcomes.items() if j.strategy == s
+                for fam, splits in res.items() for split, xs in splits.items() if split in OOD_SPLITS
+                for sid, ok in xs.items()}
+
+    coda_ood = ood_pairs("coda") if "coda" in strategies else {}
     out: dict[str, Any] = {}
     for s in strategies:
         mine = [j for j in jobs if j.strategy == s]
@@ -172,9 +228,9 @@ def summarise(work: Path, jobs: list[Job], strategies: list[str]) -> dict[str, A
         per_seed: dict[int, list[bool]] = {}
         per_family: dict[str, dict[str, list[bool]]] = {}
         for j in mine:
-            res = final_outcomes(run_dir(work, j))
-            for fam, splits in res.items():
-                for split, xs in splits.items():
+            for fam, splits in outcomes[j].items():
+                for split, by_scene in splits.items():
+                    xs = list(by_scene.values())
                     per_family.setdefault(fam, {}).setdefault(split, []).extend(xs)
                     if split in OOD_SPLITS:
                         ood += xs
@@ -182,29 +238,70 @@ def summarise(work: Path, jobs: list[Job], strategies: list[str]) -> dict[str, A
                     elif split == "sft":
                         idd += xs
         lo, hi = wilson_interval(sum(ood), len(ood))
+        evidence = [run_evidence(run_dir(work, j), s) for j in mine]
+        seconds: dict[str, float] = {}
+        for ev in evidence:
+            for phase, secs in ev["phase_seconds"].items():
+                seconds[phase] = seconds.get(phase, 0.0) + secs
         out[s] = {"ood_success": sum(ood) / len(ood), "ci95": [lo, hi], "n_ood": len(ood),
                   "id_success": sum(idd) / len(idd), "n_id": len(idd),
                   "ood_per_seed": [sum(v) / len(v) for _, v in sorted(per_seed.items())],
                   "per_family": {f: {sp: sum(v) / len(v) for sp, v in sorted(d.items())}
-                                 for f, d in sorted(per_family.items())}}
+                                 for f, d in sorted(per_family.items())},
+                  "phase_seconds": {k: round(v, 1) for k, v in sorted(seconds.items())}}
+        if s in ("coda", "coda-sparse"):
+            out[s]["rounds"] = {j.name: ev["rounds"] for j, ev in zip(mine, evidence)}
+        if coda_ood and s != "coda":
+            mine_ood = ood_pairs(s)
+            keys = sorted(k for k in mine_ood if k in coda_ood)
+            pd = paired_difference([mine_ood[k] for k in keys], [coda_ood[k] for k in keys], seed=0)
+            out[s]["paired_vs_coda"] = {"diff": pd["diff"], "ci95": pd["ci95"], "p": pd["p"], "n": pd["n"]}
+    return out
+
+
+def sizes(overrides: list[str]) -> dict[str, int | None]:
+    """The experiment's sizes as the runs used them (the last override of a field wins, as in `coda run`)."""
+    fields = {"engine.rounds": "rounds", "engine.generation_budget": "generation_budget_per_round",
+              "engine.demo_budget": "labels_per_round", "bench.eval_scenes_per_split": "eval_scenes_per_split",
+              "engine.probe_scenes": "probes_per_round", "engine.max_diagnoses": "diagnoses_per_round"}
+    out: dict[str, int | None] = dict.fromkeys(fields.values())
+    for o in overrides:
+        key, _, val = o.partition("=")
+        if key in fields:
+            out[fields[key]] = int(val)
     return out
 
 
 def markdown(result: dict[str, Any], cmd: str) -> str:
     st = result["strategies"]
     lines = [f"Command: `{cmd}`; {result['seeds']} seed(s), {result['rounds']} round(s), "
-             f"{result['generation_budget_per_round']} generated scenes per round, "
+             f"{result['generation_budget_per_round']} generated scenes and {result['labels_per_round']} expert "
+             f"labels per round, {result['eval_scenes_per_split']} evaluation scenes per split, "
              f"wall {result['wall_seconds'] / 60:.0f} min.", "",
-             "| strategy | OOD success | 95% CI | in-distribution | " + " | ".join(OOD_SPLITS) + " |",
-             "|---|---|---|---|" + "---|" * len(OOD_SPLITS)]
+             "| strategy | OOD success | 95% CI | − coda, paired (95% CI), McNemar p | in-distribution | "
+             + " | ".join(OOD_SPLITS) + " |",
+             "|---|---|---|---|---|" + "---|" * len(OOD_SPLITS)]
     for name, r in st.items():
         fams = r["per_family"]
         split_means = [sum(fams[f].get(sp, 0.0) for f in fams) / max(1, len(fams)) for sp in OOD_SPLITS]
-        lines.append(f"| {name} | {r['ood_success']:.3f} | [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | "
+        pv = r.get("paired_vs_coda")
+        paired = (f"{100 * pv['diff']:+.1f} [{100 * pv['ci95'][0]:+.1f}, {100 * pv['ci95'][1]:+.1f}], p={pv['p']:.2g}"
+                  if pv else "–")
+        lines.append(f"| {name} | {r['ood_success']:.3f} | [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | {paired} | "
                      f"{r['id_success']:.3f} | " + " | ".join(f"{x:.2f}" for x in split_means) + " |")
-    lines += ["", f"- SFT → coda OOD ratio: {result['sft_to_coda_ratio']}",
-              f"- coda − best closed-loop baseline ({result['best_closed_loop']}): "
-              f"{result['coda_minus_best_closed_loop_pp']} points"]
+    lines += ["", f"- SFT → coda OOD ratio: {result['sft_to_coda_ratio']}"]
+    if result["best_closed_loop"]:
+        lines.append(f"- coda − best closed-loop baseline ({result['best_closed_loop']}): "
+                     f"{result['coda_minus_best_closed_loop_pp']} points")
+    lines.append("- paired column: the strategy's OOD success minus coda's on the same scenes, in points")
+    for name in ("coda", "coda-sparse"):
+        rounds = [x for runs in st.get(name, {}).get("rounds", {}).values() for x in runs]
+        if rounds:
+            diag = sum(x["diagnoses"] for x in rounds)
+            ver = sum(x["verified"] for x in rounds)
+            share = sum(x["mode_budget_share"] for x in rounds) / len(rounds)
+            lines.append(f"- {name}: {ver} of {diag} diagnoses verified over {len(rounds)} rounds; "
+                         f"{100 * share:.0f}% of the generation budget went to failure-mode programs")
     return "\n".join(lines) + "\n"
 
 
@@ -272,7 +369,8 @@ def main() -> None:
     invocations = [json.loads(line) for line in (work / "invocations.jsonl").read_text().splitlines() if line]
 
     st = summarise(work, jobs, strategies)
-    best = max(BASELINES, key=lambda s: st[s]["ood_success"]) if all(s in st for s in BASELINES) else None
+    ran = [s for s in BASELINES if s in st]  # the best of the baselines that ran (all of them by default)
+    best = max(ran, key=lambda s: st[s]["ood_success"]) if ran else None
     coda = st.get("coda")
     result = {
         "strategies": st,
@@ -282,19 +380,13 @@ def main() -> None:
                                            if coda and best else None),
         "best_closed_loop": best,
         "intervals_apart": (coda["ci95"][0] > st[best]["ci95"][1]) if coda and best else None,
-        "seeds": seeds, "rounds": None, "generation_budget_per_round": None,
+        "seeds": seeds, **sizes(overrides),
         "wall_seconds": sum(i["wall_seconds"] for i in invocations),
         "meta": {"families": args.families, "overrides": overrides, "jobs": args.jobs, "invocations": invocations,
                  "run_seconds": {j.name: run_seconds(work, j) for j in jobs},
                  "commit": _commit(),
                  "python": platform.python_version(), "cpus": os.cpu_count(), "work": str(work)},
     }
-    for o in overrides:  # the sizes actually used (the last override of a field wins, as in `coda run`)
-        key, _, val = o.partition("=")
-        if key == "engine.rounds":
-            result["rounds"] = int(val)
-        elif key == "engine.generation_budget":
-            result["generation_budget_per_round"] = int(val)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     cmd = "python bench/headline.py" + (" --fast" if args.fast else "") + "".join(f" {a}" for a in sys.argv[1:] if a != "--fast")

@@ -1,0 +1,51 @@
+"""bench/headline.py's bookkeeping: the sizes it reports are the ones the runs used, and its table shows each
+strategy's paired difference to coda."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "headline.py"
+SPLITS = ("sft", "position", "instruction", "task", "object", "distractor", "physics")
+
+
+@pytest.fixture(scope="module")
+def headline() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_headline", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_headline"] = mod  # dataclasses resolve their module by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sizes_are_the_last_override_of_each_field(headline) -> None:
+    got = headline.sizes([*headline.SIZES, "engine.rounds=6", "engine.demo_budget=8"])
+    assert got["rounds"] == 6 and got["labels_per_round"] == 8
+    assert got["generation_budget_per_round"] == 64 and got["eval_scenes_per_split"] == 30
+    assert headline.sizes([])["rounds"] is None
+
+
+def _strategy(ood: float, paired: dict | None = None) -> dict:
+    r = {"ood_success": ood, "ci95": [ood - 0.05, ood + 0.05], "id_success": 0.9,
+         "per_family": {"push": {sp: ood for sp in SPLITS}}, "ood_per_seed": [ood]}
+    if paired:
+        r["paired_vs_coda"] = paired
+    return r
+
+
+def test_table_shows_the_paired_difference_to_coda(headline) -> None:
+    result = {"strategies": {"coda": _strategy(0.5), "dr": _strategy(0.4, {"diff": -0.1, "ci95": [-0.2, -0.02],
+                                                                            "p": 0.012, "n": 180})},
+              "seeds": 1, "wall_seconds": 60.0, "sft_to_coda_ratio": None, "best_closed_loop": "dr",
+              "coda_minus_best_closed_loop_pp": 10.0, **headline.sizes(headline.SIZES)}
+    md = headline.markdown(result, "python bench/headline.py")
+    row = next(line for line in md.splitlines() if line.startswith("| dr |"))
+    assert "-10.0 [-20.0, -2.0], p=0.012" in row
+    assert next(line for line in md.splitlines() if line.startswith("| coda |")).count("–") == 1
+    assert "coda − best closed-loop baseline (dr): 10.0 points" in md
