@@ -155,7 +155,7 @@ def padded_sizes(ob: ObsBatch) -> Tensor:
     m = torch.where(ob.object_mask, slots, 0).amax(dim=1).clamp(min=1)
     j = ob.object_token_mask.sum(dim=2).amax(dim=1).clamp(min=1)
     ln = ob.instruction_token_mask.sum(dim=1).clamp(min=1)
-    return torch.stack([m, j.long(), ln.long()], dim=1)
+    return torch.stack([m, j, ln], dim=1)
 
 
 def resize_batch(ob: ObsBatch, m: int, j: int, ln: int) -> ObsBatch:

@@ -17,8 +17,8 @@ Training losses:
 Inference: the mean chunk, or with `value_guided_samples = N > 0`, N candidates (the mean and N-1 samples)
 of which the one with the highest Q (min of the twins) is executed. `predict_chunks` takes many observations
 at once (batched rollouts) and runs them in blocks of exactly `INFERENCE_ROWS` rows, each block padded to a
-shape set by its rows' own sizes, so an observation's chunk is the same bits whatever else shares its batch; each episode's candidates come from its own stream
-(`EpisodeActions.rng`).
+shape set by its rows' own sizes, so an observation's chunk is the same bits whatever else shares its batch;
+each episode's candidates come from its own stream (`EpisodeActions.rng`).
 """
 
 from __future__ import annotations
@@ -45,16 +45,7 @@ from coda.policy.text import TextEmbedder, text_encoder_for
 
 ARCH_VERSION = 2  # 2: word-piece grounding (TokenGrounding)
 INFERENCE_ROWS = 16  # observations per inference forward pass; a batch is run in blocks of exactly this many
-_LADDER = torch.tensor([4, 8, 8])  # inference pads entities, description and instruction word pieces to multiples of these
-
-
-def _pad_dim(x: Tensor, dim: int, size: int) -> Tensor:
-    extra = size - x.shape[dim]
-    if extra == 0:
-        return x
-    shape = list(x.shape)
-    shape[dim] = extra
-    return torch.cat([x, x.new_zeros(shape)], dim=dim)
+_LADDER = torch.tensor([4, 8, 8])  # inference pads entities, description and instruction tokens to multiples
 
 
 def _cat_obs(a: ObsBatch, b: ObsBatch) -> ObsBatch:
@@ -62,23 +53,8 @@ def _cat_obs(a: ObsBatch, b: ObsBatch) -> ObsBatch:
     m = max(a.objects.shape[1], b.objects.shape[1])
     j = max(a.object_tokens.shape[2], b.object_tokens.shape[2])
     n = max(a.instruction_tokens.shape[1], b.instruction_tokens.shape[1])
-
-    def pad(x: Tensor, *sizes: tuple[int, int]) -> Tensor:
-        for dim, size in sizes:
-            x = _pad_dim(x, dim, size)
-        return x
-
-    return ObsBatch(
-        torch.cat([a.proprio, b.proprio]),
-        torch.cat([pad(a.objects, (1, m)), pad(b.objects, (1, m))]),
-        torch.cat([pad(a.object_mask, (1, m)), pad(b.object_mask, (1, m))]),
-        torch.cat([pad(a.object_emb, (1, m)), pad(b.object_emb, (1, m))]),
-        torch.cat([a.instruction_emb, b.instruction_emb]),
-        torch.cat([pad(a.object_tokens, (1, m), (2, j)), pad(b.object_tokens, (1, m), (2, j))]),
-        torch.cat([pad(a.object_token_mask, (1, m), (2, j)), pad(b.object_token_mask, (1, m), (2, j))]),
-        torch.cat([pad(a.instruction_tokens, (1, n)), pad(b.instruction_tokens, (1, n))]),
-        torch.cat([pad(a.instruction_token_mask, (1, n)), pad(b.instruction_token_mask, (1, n))]),
-    )
+    a, b = resize_batch(a, m, j, n), resize_batch(b, m, j, n)
+    return ObsBatch(*(torch.cat([x, y]) for x, y in zip(a, b)))
 
 
 def pointer_loss(logits: Tensor, goal_rows: Tensor) -> tuple[Tensor | None, float]:
