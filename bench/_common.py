@@ -1,4 +1,4 @@
-"""Helpers shared by the simulator benchmarks: scene source and result files."""
+"""Helpers shared by the benchmarks: scene source, cached evaluation scenes and result files."""
 
 from __future__ import annotations
 
@@ -25,6 +25,18 @@ def scene_source() -> tuple[Callable[[str, np.random.Generator], ScenarioSpec], 
 
         return reference_scene, "coda.sim.tabletop.reference.reference_scene"
     return sample_base, "coda.scene.generators.sample_base"
+
+
+def scenes(work: Path, family: str, split: str, n: int, seed: int, workers: int) -> list[ScenarioSpec]:
+    """The first n valid scenes of a split (cached as a split file under `work`)."""
+    from coda.scene.splits import build_split, read_split, write_split
+
+    path = work / family / "scenes" / f"{split}_s{seed}_n{n}.jsonl"
+    if path.exists():
+        return read_split(path)[1]
+    valid = build_split(family, split, n, seed, workers=workers).valid
+    write_split(path, valid, family=family, split=split, seed=seed)
+    return valid
 
 
 def machine() -> dict[str, Any]:

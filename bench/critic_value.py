@@ -77,9 +77,12 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))  # _common, also when a test loads this file
+
+from _common import scenes  # noqa: E402
 from coda.config import build_config  # noqa: E402
 from coda.scene.spec import FAMILIES  # noqa: E402
-from coda.scene.splits import SPLITS, build_split, read_split, write_split  # noqa: E402
+from coda.scene.splits import SPLITS  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 SFT_SEED, CRITIC_SEED, HELD_OUT_SEED = 0, 1, 2  # scene seeds of the three scene sets
@@ -245,16 +248,6 @@ def paired(fams: Sequence[HeldOut], a: str = "shaped", b: str = "sparse", *, res
 
 
 # ---- data ------------------------------------------------------------------------------------------------
-
-
-def scenes(work: Path, family: str, split: str, n: int, seed: int, workers: int) -> list[Any]:
-    """The first n valid scenes of a split (cached as a split file under `work`)."""
-    path = work / family / "scenes" / f"{split}_s{seed}_n{n}.jsonl"
-    if path.exists():
-        return read_split(path)[1]
-    valid = build_split(family, split, n, seed, workers=workers).valid
-    write_split(path, valid, family=family, split=split, seed=seed)
-    return valid
 
 
 def _digest(cfg: Any, sections: tuple[str, ...]) -> str:

@@ -47,9 +47,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))  # _common, also when a test loads this file
+
+from _common import scenes  # noqa: E402
 from coda.config import build_config  # noqa: E402
 from coda.scene.spec import FAMILIES  # noqa: E402
-from coda.scene.splits import SPLITS, build_split, read_split, write_split  # noqa: E402
+from coda.scene.splits import SPLITS  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "learnability.json"
 TRAIN_SEED, EVAL_SEED, MATCHED_SEED, EXTRA_SEED = 0, 1, 2, 3
@@ -68,16 +71,6 @@ ABLATIONS: dict[str, list[str]] = {
     "short_finetune": ["policy.finetune_steps=500"],  # item 2: the first build's round length
 }
 POLICIES = ("sft", "matched", "sft_only", "corrective")
-
-
-def scenes(work: Path, family: str, split: str, n: int, seed: int, workers: int) -> list[Any]:
-    """The first n valid scenes of a split (cached as a split file under `work`)."""
-    path = work / family / "scenes" / f"{split}_s{seed}_n{n}.jsonl"
-    if path.exists():
-        return read_split(path)[1]
-    valid = build_split(family, split, n, seed, workers=workers).valid
-    write_split(path, valid, family=family, split=split, seed=seed)
-    return valid
 
 
 def demos(work: Path, family: str, name: str, specs: list[Any], cfg: Any) -> Path:
