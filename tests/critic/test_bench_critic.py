@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -14,18 +11,12 @@ import pytest
 from coda.critic.diagnosis import Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.trace import Release, TraceFacts
 from coda.scene.spec import ScenarioSpec
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "critic.py"
+from bench_module import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_critic", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_critic"] = mod  # dataclasses resolve their module by name
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("critic")
 
 
 def facts(spec: ScenarioSpec, **kw: Any) -> TraceFacts:

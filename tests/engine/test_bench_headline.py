@@ -3,25 +3,18 @@ strategy's paired difference to coda."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "headline.py"
+from bench_module import load_bench
+
 SPLITS = ("sft", "position", "instruction", "task", "object", "distractor", "physics")
 
 
 @pytest.fixture(scope="module")
 def headline() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_headline", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_headline"] = mod  # dataclasses resolve their module by name
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("headline")
 
 
 def test_sizes_are_the_last_override_of_each_field(headline) -> None:

@@ -4,8 +4,6 @@ scoring on a chain MDP whose values are known."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,19 +16,13 @@ from coda.policy.data import DemoWriter, Episode
 from coda.policy.samples import ChunkDataset
 from coda.policy.text import HashingTextEncoder
 from coda.policy.train import build_policy
+from bench_module import load_bench
 from policy_synthetic import CHAIN_N, chain_action, chain_chunk, chain_episodes, chain_obs, tiny_cfg
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "critic_value.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_critic_value", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_critic_value"] = mod  # dataclasses resolve their module by name
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("critic_value")
 
 
 def brute_auc(scores: np.ndarray, labels: np.ndarray) -> float:

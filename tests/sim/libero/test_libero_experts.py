@@ -198,14 +198,9 @@ def test_clearing_shift_takes_the_shortest_way_out() -> None:
 
 
 def test_expert_bench_merges_new_tasks_into_earlier_results() -> None:
-    import importlib.util
-    from pathlib import Path
+    from bench_module import load_bench
 
-    path = Path(__file__).resolve().parents[3] / "bench" / "libero_experts.py"
-    spec = importlib.util.spec_from_file_location("bench_libero_experts", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("libero_experts")
     old = {"experts": {"libero_goal": {"3": 0.0, "4": 1.0}},
            "tasks": {"libero_goal:3": {"n": 10}, "libero_goal:4": {"n": 10}}, "command": "first",
            "more_commands": ["second"], "wall_seconds": 10.0, "versions": {"mujoco": "old"}}
