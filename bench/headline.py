@@ -155,41 +155,42 @@ def run_seconds(work: Path, job: Job) -> float:
     return float(f.read_text()) if f.is_file() else 0.0
 
 
-def final_outcomes(path: Path) -> dict[str, dict[str, dict[str, bool]]]:
-    """{family: {split: {scene spec_id: success}}} of the policy after a run's last round (phase "measure")."""
+def read_run(path: Path, strategy: str) -> tuple[dict[str, dict[str, dict[str, bool]]], dict[str, Any]]:
+    """A finished run's final outcomes and round evidence (`final_outcomes`, `run_evidence`), its memory
+    opened once."""
     from coda.engine.loop import resume_run
 
     ctx = resume_run(path)
     try:
-        spec_ids = {s.id: s.spec_id for s in ctx.memory.list("scenario", run_id=ctx.run_id)}
-        eps = [e for e in ctx.memory.list("episode", run_id=ctx.run_id)
-               if e.phase == "measure" and e.policy == "policy" and e.info.get("kind") == "eval"]
-        last = max(e.round for e in eps)
-        out: dict[str, dict[str, dict[str, bool]]] = {}
-        for e in eps:
-            if e.round == last:
-                out.setdefault(e.info["family"], {}).setdefault(e.info["split"], {})[spec_ids[e.scenario_id]] = bool(e.success)
-        return out
+        return final_outcomes(ctx), run_evidence(ctx, strategy)
     finally:
         ctx.close()
 
 
-def run_evidence(path: Path, strategy: str) -> dict[str, Any]:
+def final_outcomes(ctx: Any) -> dict[str, dict[str, dict[str, bool]]]:
+    """{family: {split: {scene spec_id: success}}} of the policy after a run's last round (phase "measure")."""
+    spec_ids = {s.id: s.spec_id for s in ctx.memory.list("scenario", run_id=ctx.run_id)}
+    eps = [e for e in ctx.memory.list("episode", run_id=ctx.run_id)
+           if e.phase == "measure" and e.policy == "policy" and e.info.get("kind") == "eval"]
+    last = max(e.round for e in eps)
+    out: dict[str, dict[str, dict[str, bool]]] = {}
+    for e in eps:
+        if e.round == last:
+            out.setdefault(e.info["family"], {}).setdefault(e.info["split"], {})[spec_ids[e.scenario_id]] = bool(e.success)
+    return out
+
+
+def run_evidence(ctx: Any, strategy: str) -> dict[str, Any]:
     """What a run's memory says about its rounds: seconds per phase (rounds 1.. for a closed-loop run, round 0
     for `sft`), and per round the probes that failed, the diagnoses and how many verified, and the share of
     the generation budget that went to failure-mode programs (`coda`, `coda-sparse`)."""
-    from coda.engine.loop import resume_run
     from coda.engine.report_data import load_report_data
 
-    ctx = resume_run(path)
-    try:
-        seconds: dict[str, float] = {}
-        for (r, phase), secs in ctx.memory.phase_seconds(ctx.run_id).items():
-            if (r == 0) == (strategy == "sft"):
-                seconds[phase] = seconds.get(phase, 0.0) + secs
-        data = load_report_data(ctx.memory, ctx.run_id)
-    finally:
-        ctx.close()
+    seconds: dict[str, float] = {}
+    for (r, phase), secs in ctx.memory.phase_seconds(ctx.run_id).items():
+        if (r == 0) == (strategy == "sft"):
+            seconds[phase] = seconds.get(phase, 0.0) + secs
+    data = load_report_data(ctx.memory, ctx.run_id)
     rounds = []
     budget = int(data.config.get("engine", {}).get("generation_budget", 0)) or 1
     for r in data.rounds:
@@ -212,7 +213,8 @@ def summarise(work: Path, jobs: list[Job], strategies: list[str]) -> dict[str, A
     scenes (made in the shared round 0), so each is paired with `coda` scene by scene."""
     from coda.policy.stats import paired_difference, wilson_interval
 
-    outcomes = {j: final_outcomes(run_dir(work, j)) for j in jobs if j.strategy in strategies}
+    runs = {j: read_run(run_dir(work, j), j.strategy) for j in jobs if j.strategy in strategies}
+    outcomes = {j: res for j, (res, _) in runs.items()}
 
     def ood_pairs(s: str) -> dict[tuple[int, str, str, str], bool]:
         return {(j.seed, fam, split, sid): ok for j, res in outcomes.items() if j.strategy == s
@@ -238,7 +240,7 @@ def summarise(work: Path, jobs: list[Job], strategies: list[str]) -> dict[str, A
                     elif split == "sft":
                         idd += xs
         lo, hi = wilson_interval(sum(ood), len(ood))
-        evidence = [run_evidence(run_dir(work, j), s) for j in mine]
+        evidence = [runs[j][1] for j in mine]
         seconds: dict[str, float] = {}
         for ev in evidence:
             for phase, secs in ev["phase_seconds"].items():
@@ -254,8 +256,8 @@ def summarise(work: Path, jobs: list[Job], strategies: list[str]) -> dict[str, A
         if coda_ood and s != "coda":
             mine_ood = ood_pairs(s)
             keys = sorted(k for k in mine_ood if k in coda_ood)
-            pd = paired_difference([mine_ood[k] for k in keys], [coda_ood[k] for k in keys], seed=0)
-            out[s]["paired_vs_coda"] = {"diff": pd["diff"], "ci95": pd["ci95"], "p": pd["p"], "n": pd["n"]}
+            out[s]["paired_vs_coda"] = paired_difference([mine_ood[k] for k in keys], [coda_ood[k] for k in keys],
+                                                         seed=0)
     return out
 
 

@@ -440,5 +440,5 @@ for _s in (Strategy("coda", True, True, _plan_modes), Strategy("coda-sparse", Tr
 
 
 __all__ = ["Evidence", "FILL_KEY", "Plan", "Planner", "STRATEGIES", "STREAMS", "Strategy", "StrategyError",
-           "candidate_stream", "corrective_budget", "explore_probes", "level_buffer", "level_score", "make_strategy", "phase_compile",
-           "plr_draw", "rescore_probes", "run_round"]
+           "candidate_stream", "corrective_budget", "explore_probes", "level_buffer", "level_score", "make_strategy",
+           "phase_compile", "plr_draw", "rescore_probes", "run_round"]
