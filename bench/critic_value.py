@@ -77,8 +77,6 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))  # _common, also when a test loads this file
-
 from _common import scenes  # noqa: E402
 from coda.config import build_config  # noqa: E402
 from coda.scene.spec import FAMILIES  # noqa: E402

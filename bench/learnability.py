@@ -47,8 +47,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))  # _common, also when a test loads this file
-
 from _common import scenes  # noqa: E402
 from coda.config import build_config  # noqa: E402
 from coda.scene.spec import FAMILIES  # noqa: E402
