@@ -59,6 +59,12 @@ def test_strategy_round_commits_every_phase_trains_and_measures(runs: dict[str, 
         assert train["source_weights"] == {"replay": cfg.engine.replay_weight, "expert": cfg.engine.expert_weight,
                                            "corrective": cfg.engine.corrective_weight}
         assert train["bc_samples"]["replay"] > 0 and train["bc_samples"]["expert"] > 0
+        shares = train["bc_shares"]  # each source's share of the BC batches, over the sources with samples
+        assert set(shares) == {k for k, n in train["bc_samples"].items() if n > 0}
+        assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+        cap = cfg.engine.max_oversample
+        n = sum(train["bc_samples"].values())
+        assert cap is not None and all(v <= cap * train["bc_samples"][k] / n + 1e-3 for k, v in shares.items())
         assert train["shaping_weight"] == (cfg.shaping.weight if strategy == "coda" else 0.0)
         evals = [e for e in mem.list("episode", run_id=rid, round_idx=1) if e.phase == "measure"]
         assert {e.info["split"] for e in evals} == SPLITS

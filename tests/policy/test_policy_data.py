@@ -179,6 +179,36 @@ def test_source_weights_set_each_sources_share_of_bc_batches(hashing) -> None:
     assert share(plain) < 0.2
 
 
+def test_max_oversample_caps_a_small_sources_share_and_gives_the_rest_to_the_others(hashing) -> None:
+    """A source of 10 samples in 100 with weight 1 of 3 would fill a third of the batch; capped at 2x uniform it
+    gets 0.2, the other two share the remaining 0.8 by their weights; a cap of 1 is uniform sampling."""
+    from coda.policy.samples import source_shares
+
+    counts = {"replay": 60, "expert": 30, "corrective": 10}
+    weights = {"replay": 1.0, "expert": 1.0, "corrective": 1.0}
+    assert source_shares(counts, weights) == pytest.approx({s: 1 / 3 for s in counts})
+    capped = source_shares(counts, weights, max_oversample=2.0)
+    assert capped["corrective"] == pytest.approx(0.2)
+    assert capped["replay"] == pytest.approx(0.4) and capped["expert"] == pytest.approx(0.4)
+    # a cap that the redistribution pushes another source over: expert (30%) is capped at 0.36 too
+    tight = source_shares(counts, {"replay": 1.0, "expert": 2.0, "corrective": 1.0}, max_oversample=1.2)
+    assert tight["corrective"] == pytest.approx(0.12) and tight["expert"] == pytest.approx(0.36)
+    assert tight["replay"] == pytest.approx(0.52) and sum(tight.values()) == pytest.approx(1.0)
+    assert source_shares(counts, weights, max_oversample=1.0) == pytest.approx({"replay": 0.6, "expert": 0.3,
+                                                                                 "corrective": 0.1})
+    # every weighted source over its cap (replay has weight 0): they are drawn uniformly over their samples
+    alone = source_shares(counts, {"replay": 0.0, "expert": 1.0, "corrective": 1.0}, max_oversample=2.0)
+    assert alone == pytest.approx({"replay": 0.0, "expert": 0.75, "corrective": 0.25})
+    with pytest.raises(DatasetError, match=r"max_oversample = 0.5"):
+        source_shares(counts, weights, max_oversample=0.5)
+
+    eps = expert_episodes(make_specs(9, seed=7))
+    data = ChunkDataset(eps, hashing, 4, sources=["old"] * 8 + ["new"], source_weights={"old": 1.0, "new": 1.0},
+                        max_oversample=2.0)
+    new = [i for i, s in enumerate(data.bc_source) if s == "new"]
+    assert float(data.bc_prob[new].sum()) == pytest.approx(2.0 * len(new) / data.n_bc)
+
+
 def test_bad_source_weights_are_named(hashing) -> None:
     eps = expert_episodes(make_specs(2, seed=8))
     with pytest.raises(DatasetError, match="no weight for source 'b'"):

@@ -31,6 +31,7 @@ class EngineConfig(Section):
     expert_weight: float = Field(1.0, ge=0)  # data weight of expert demos in generated scenes
     corrective_weight: float = Field(1.0, ge=0)  # data weight of corrective demos from failure states (0: none are labelled)
     replay_weight: float = Field(1.0, ge=0)  # data weight of the SFT demos replayed against forgetting
+    max_oversample: float | None = Field(4.0, ge=1)  # no data source fills more than this times its share of all BC samples (None: no cap)
     retrain: bool = False  # a round trains a fresh policy on every demo so far (policy.train_steps) instead of fine-tuning
     finetune_lr_scale: float = Field(1.0, gt=0, le=1)  # a round fine-tunes at this times policy.lr (smaller steps forget less)
     improvement: Literal["bc", "awr"] = "awr"  # rounds' actor loss: advantage-weighted by the chunk critic (shaping reaches the actor), or plain behaviour cloning

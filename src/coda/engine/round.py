@@ -353,13 +353,18 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     weights = source_weights(ctx.cfg)
     result, bc_samples = finetune(prev_checkpoint, demo_dirs, final, ctx.cfg, ckpt, shaping_weight=shaping_weight,
                                   metrics_path=ctx.path("metrics", f"train_round_{r:03d}.jsonl"), progress=True)
+    from coda.policy.samples import source_shares
+
+    present = {k: n for k, n in bc_samples.items() if n > 0}  # each source's share of the BC batches
+    shares = source_shares(present, weights, ctx.cfg.engine.max_oversample)
+    bc_shares = {k: round(v, 4) for k, v in shares.items()}
     digest, _ = sha256_file(ckpt)
     with ctx.commit(r, "train") as tx:
         tx.add(TrainingProgram(key=f"round_{r}", body={
             "kind": "round_training", "demos": ctx.rel(final), "expert_demos": n_demo, "corrective": len(corrective),
             "rollouts": len(probes) if critic else 0, "mode_programs": sorted(f"train:{k}" for k in mode_tp), "shaping_weight": shaping_weight,
             "steps": result.steps, "datasets": [ctx.rel(d) for d in demo_dirs] + [ctx.rel(final)],
-            "source_weights": weights, "bc_samples": bc_samples,
+            "source_weights": weights, "bc_samples": bc_samples, "bc_shares": bc_shares,
             "weights": {k: b["weights"] for k, b in sorted(mode_tp.items())}, "awr": awr_summary(result.history)}))
         tx.add(Checkpoint(path=ctx.rel(ckpt), sha256=digest,
                           metrics={"final_loss": float(result.metrics.get("loss", float("nan"))),

@@ -67,7 +67,8 @@ def finetune(
         return "corrective" if ep.corrective else ("replay" if i == 0 else "expert")
 
     data = load_chunk_dataset([*demo_dirs, *new], policy.cfg, policy.text, shaping_weight=shaping_weight,
-                              source_of=source_of, source_weights=weights)
+                              source_of=source_of, source_weights=weights,
+                              max_oversample=cfg.engine.max_oversample)
     steps = cfg.policy.finetune_steps
     if cfg.engine.retrain:  # a fresh network, normalised for all the data so far
         fresh = policy.cfg.model_copy(update={"lr": cfg.policy.lr})

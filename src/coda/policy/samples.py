@@ -16,7 +16,11 @@ instruction with probability p, so the policy learns that the wording does not c
 Data weights: episodes may be tagged with a *source* (e.g. "replay", "expert", "corrective") and each source
 given a weight; a BC batch then draws from source s with probability w_s / Σ w (over the sources present),
 uniformly within it, so a small set of targeted demonstrations can take a fixed share of every batch however
-much older data there is. Without weights BC samples are drawn uniformly. Critic samples are always uniform.
+much older data there is. With `max_oversample` c, no source is drawn more than c times as often as uniform
+sampling over all BC samples would draw it (share_s <= c * n_s / N); what a capped source gives up goes to the
+others by their weights. The cap keeps a handful of episodes (a round's few corrective demos) from being
+replayed dozens of times per round and memorised. Without weights BC samples are drawn uniformly. Critic
+samples are always uniform.
 """
 
 from __future__ import annotations
@@ -83,21 +87,48 @@ def _source(sources: Sequence[str] | None, i: int, spec_id: str) -> str:
     return str(sources[i])
 
 
-def _bc_probabilities(bc_src: Sequence[str], weights: Mapping[str, float]) -> Tensor:
-    """Per-BC-sample probabilities: source s gets w_s / Σ w over the sources present, uniform within it."""
-    counts: dict[str, int] = {}
-    for s in bc_src:
-        counts[s] = counts.get(s, 0) + 1
+def source_shares(counts: Mapping[str, int], weights: Mapping[str, float],
+                  max_oversample: float | None = None) -> dict[str, float]:
+    """Share of the BC batch per source: w_s / Σ w over the sources present, each capped at
+    `max_oversample` · n_s / N when given, the capped sources' excess shared by the others' weights."""
     for s in counts:
         if s not in weights:
             raise DatasetError(f"source_weights has no weight for source '{s}' (weights given: {sorted(weights)})")
         w = weights[s]
         if not (np.isfinite(w) and w >= 0):
             raise DatasetError(f"source_weights['{s}'] = {w!r}; weights must be finite and >= 0")
+    if max_oversample is not None and not (np.isfinite(max_oversample) and max_oversample >= 1):
+        raise DatasetError(f"max_oversample = {max_oversample!r}; it must be >= 1 (1: uniform over all samples)")
     total = sum(weights[s] for s in counts)
     if total <= 0:
         raise DatasetError(f"source_weights {dict(weights)} give weight 0 to every source present {sorted(counts)}")
-    prob = [weights[s] / (total * counts[s]) for s in bc_src]
+    if max_oversample is None:
+        return {s: weights[s] / total for s in counts}
+    n = sum(counts.values())
+    cap = {s: max_oversample * counts[s] / n for s in counts}
+    fixed: dict[str, float] = {}
+    while True:  # water-filling: fix the sources over their cap, share the rest by weight
+        free = [s for s in counts if s not in fixed]
+        left = 1.0 - sum(fixed.values())
+        w_free = sum(weights[s] for s in free)
+        if w_free <= 0:  # every weighted source is capped: they fill the batch in proportion to their caps
+            k = sum(fixed.values())
+            return {s: fixed.get(s, 0.0) / k for s in counts}
+        share = {s: left * weights[s] / w_free for s in free}
+        over = [s for s in free if share[s] > cap[s] + 1e-12]
+        if not over:
+            return {**fixed, **share}
+        fixed |= {s: cap[s] for s in over}
+
+
+def _bc_probabilities(bc_src: Sequence[str], weights: Mapping[str, float],
+                      max_oversample: float | None = None) -> Tensor:
+    """Per-BC-sample probabilities: each source's `source_shares`, uniform within it."""
+    counts: dict[str, int] = {}
+    for s in bc_src:
+        counts[s] = counts.get(s, 0) + 1
+    shares = source_shares(counts, weights, max_oversample)
+    prob = [shares[s] / counts[s] for s in bc_src]
     return torch.tensor(prob, dtype=torch.float64)
 
 
@@ -120,6 +151,7 @@ class ChunkDataset:
         shaping_weight: scale w of the potentials.
         sources: one source name per episode (same order), for `source_weights`.
         source_weights: sampling weight per source name (see the module docstring); needs `sources`.
+        max_oversample: cap on any source's share relative to uniform sampling (see the module docstring).
     Raises:
         DatasetError: no BC samples, episodes with different dims, or sources/weights that do not fit.
     """
@@ -133,6 +165,7 @@ class ChunkDataset:
         shaping_weight: float = 1.0,
         sources: Sequence[str] | None = None,
         source_weights: Mapping[str, float] | None = None,
+        max_oversample: float | None = None,
     ) -> None:
         if source_weights is not None and sources is None:
             raise DatasetError("source_weights given without sources: tag each episode with its source")
@@ -241,7 +274,7 @@ class ChunkDataset:
         if sources is not None and len(sources) != self.n_episodes:
             raise DatasetError(f"sources has {len(sources)} entries for {self.n_episodes} episodes")
         self.bc_source = bc_src  # source name per BC sample ("" when untagged)
-        self.bc_prob = None if source_weights is None else _bc_probabilities(bc_src, source_weights)
+        self.bc_prob = None if source_weights is None else _bc_probabilities(bc_src, source_weights, max_oversample)
 
     def goal_memory(self) -> tuple[Tensor, Tensor]:
         """Every distinct instruction and wording whose goal has a value: embeddings (K, E) and values (K,)."""

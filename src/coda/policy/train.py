@@ -224,22 +224,26 @@ def load_chunk_dataset(
     *,
     source_of: Callable[[int, Episode], str] | None = None,
     source_weights: Mapping[str, float] | None = None,
+    max_oversample: float | None = None,
 ) -> ChunkDataset:
     """Read one or more demo directories into a ChunkDataset for `cfg` (chunk length, discount).
 
     Args:
         source_of: (index of the episode's directory in `demo_dirs`, episode) -> source name, for data weights.
         source_weights: BC sampling weight per source name (see `coda.policy.samples`).
+        max_oversample: cap on a source's share relative to uniform sampling (see `coda.policy.samples`).
     """
     from coda.policy.data import DemoDataset
 
     text = text if text is not None else text_encoder_for(cfg.text_model)
     if source_of is None:
         episodes: Iterable[Episode] = (ep for d in demo_dirs for ep in DemoDataset(d).episodes())
-        return ChunkDataset(episodes, text, cfg.chunk_len, cfg.gamma, shaping_weight, source_weights=source_weights)
+        return ChunkDataset(episodes, text, cfg.chunk_len, cfg.gamma, shaping_weight, source_weights=source_weights,
+                            max_oversample=max_oversample)
     items = [(i, ep) for i, d in enumerate(demo_dirs) for ep in DemoDataset(d).episodes()]
     return ChunkDataset((ep for _, ep in items), text, cfg.chunk_len, cfg.gamma, shaping_weight,
-                        sources=[source_of(i, ep) for i, ep in items], source_weights=source_weights)
+                        sources=[source_of(i, ep) for i, ep in items], source_weights=source_weights,
+                        max_oversample=max_oversample)
 
 
 def train_sft(
