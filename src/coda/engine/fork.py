@@ -30,6 +30,10 @@ ROUND0_FIELDS: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("sim", None), ("scene", None), ("bench", ("eval_scenes_per_split",)), ("engine", ("seed",)),
 )
 POLICY_ROUNDS_ONLY = ("finetune_steps",)  # policy fields only rounds 1.. read
+# policy fields round 0 reads only when its SFT step trains a critic (`train_critic`) or weights by advantages
+# (`improvement = "awr"`); rounds take them from their own configuration (`engine.training.round_overrides`)
+POLICY_CRITIC_ONLY = ("expectile", "polyak")
+POLICY_AWR_ONLY = ("awr_beta", "awr_max_weight", "awr_baseline", "awr_samples", "critic_warmup")
 
 
 def round0_mismatch(source: CodaConfig, target: CodaConfig) -> str | None:
@@ -39,7 +43,12 @@ def round0_mismatch(source: CodaConfig, target: CodaConfig) -> str | None:
     for section, fields in ROUND0_FIELDS:
         names = fields if fields is not None else tuple(sorted(set(a[section]) | set(b[section])))
         checks += [(f"{section}.{n}", a[section].get(n), b[section].get(n)) for n in names]
-    names = sorted((set(a["policy"]) | set(b["policy"])) - set(POLICY_ROUNDS_ONLY))
+    skip = set(POLICY_ROUNDS_ONLY)
+    if not (a["policy"].get("train_critic") or b["policy"].get("train_critic")):
+        skip |= set(POLICY_CRITIC_ONLY)
+    if "awr" not in (a["policy"].get("improvement"), b["policy"].get("improvement")):
+        skip |= set(POLICY_AWR_ONLY)
+    names = sorted((set(a["policy"]) | set(b["policy"])) - skip)
     checks += [(f"policy.{n}", a["policy"].get(n), b["policy"].get(n)) for n in names]
     for name, x, y in checks:
         if x != y:

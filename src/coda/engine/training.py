@@ -21,11 +21,14 @@ if TYPE_CHECKING:
 
 def round_overrides(cfg: "CodaConfig") -> dict[str, Any]:
     """Policy config changes a round's training makes on top of the checkpoint's: the improvement loss, the
-    critic it needs, and the fine-tuning learning rate."""
+    critic it needs and the run's settings for both (the SFT checkpoint never used them, and a run started
+    from another run's round 0 carries that run's), and the fine-tuning learning rate."""
     e, p = cfg.engine, cfg.policy
     out: dict[str, Any] = {"lr": p.lr * e.finetune_lr_scale}
     if e.improvement == "awr":
-        out |= {"train_critic": True, "improvement": "awr"}
+        out |= {"train_critic": True, "improvement": "awr",
+                **{k: getattr(p, k) for k in ("awr_beta", "awr_max_weight", "awr_baseline", "awr_samples",
+                                              "critic_warmup", "expectile", "polyak")}}
     if e.value_guided_samples:
         out |= {"train_critic": True, "value_guided_samples": e.value_guided_samples}
     return out

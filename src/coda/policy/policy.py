@@ -158,7 +158,7 @@ class ChunkPolicy(nn.Module):
         if cfg.improvement == "awr":
             with torch.no_grad():
                 z = self.critic_target.encode(bc.obs, stats)
-                adv = torch.minimum(*self.critic_target.q_from(z, target)) - self.critic_target.v_from(z)
+                adv = torch.minimum(*self.critic_target.q_from(z, target)) - self._awr_baseline(z, mean, log_std)
                 w, wm = awr_weights(adv, cfg.awr_beta, cfg.awr_max_weight)
             actor_loss = (w * per_sample).mean()
             metrics |= {"adv_mean": float(adv.mean()), "awr_weight_max": float(w.max()), **wm}
@@ -190,6 +190,18 @@ class ChunkPolicy(nn.Module):
             metrics |= cm
         metrics["loss"] = float(loss.detach())
         return loss, metrics
+
+    def _awr_baseline(self, z: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
+        """What a demonstrated chunk's Q is compared with (B,): V(s), or ("policy") the mean twin-min Q of
+        `awr_samples` chunks drawn from the actor's Gaussian at s. The second compares actions in the same state
+        with the same Q head, so an error of the critic that is constant over a state's actions (a phase of
+        the task valued too high or too low) cancels instead of reweighting whole phases."""
+        if self.cfg.awr_baseline == "value":
+            return self.critic_target.v_from(z)
+        k, (b, h, a) = self.cfg.awr_samples, mean.shape
+        cand = mean.detach() + log_std.detach().exp() * torch.randn((k, b, h, a), dtype=mean.dtype)
+        q = torch.minimum(*self.critic_target.q_from(z.repeat(k, 1), cand.reshape(k * b, h, a)))
+        return q.view(k, b).mean(0)
 
     def critic_loss(self, cb: CriticBatch) -> tuple[Tensor, dict[str, float]]:
         """The chunk critic's losses alone (Q to its shaped n-step targets, V to an expectile of Q)."""
