@@ -5,7 +5,9 @@ Part 1, the encoder alone (no policy): for every synonym of a vocabulary tier (c
 container and region nouns), is the canonical word it stands for the nearest of that word class, by the
 cosine of sentence embeddings ("the {synonym} block" against "the {word} block" for every canonical word) and
 by the best token-level cosine of the synonym inside an instruction against each canonical description (what
-the policy's token grounding reads)? Chance is one over the class size.
+the policy's token grounding reads)? Chance is one over the class size. And can anything learned on top of the
+encoder do better? A linear probe (softmax regression on sentence embeddings of five frames per word) is
+trained to name the colour from the canonical and train-tier colour words and tested on the held-out ones.
 
 Part 2, with checkpoints of a run: on the first state of the run's SFT demos, the argmax of each role pointer
 (what the instruction moves, where it goes) against the entities the goal names, with the recorded
@@ -15,6 +17,7 @@ size or noun word: in how many held-out wordings it appears and how many of thos
 Writes `bench/results/wordings.json`:
 
     {"encoder": {tier: {class: {"sentence": acc, "token": acc, "n": int, "chance": float}}},
+     "colour_probe": {"heldout_accuracy": float, "train_words": int, "heldout_words": int},
      "pointer": {checkpoint: {"recorded" | "train" | "heldout": {"n", "moved", "destination"}}},
      "heldout_misses": {checkpoint: {word: {"missed", "seen", "rate"}}}, "run": str, "episodes": int}
 
@@ -73,6 +76,40 @@ def encoder_knowledge(text: Any) -> dict[str, dict[str, dict[str, float]]]:
             out.setdefault(tier, {})[name] = {"sentence": hits_s / n, "token": hits_t / n, "n": n,
                                                "chance": 1 / len(words)}
     return out
+
+
+PROBE_FRAMES = ("the {w} block", "push the {w} cube into the area", "a {w} ball", "the large {w} cylinder",
+                "put the small {w} box in the bowl")
+
+
+def colour_probe(text: Any, steps: int = 500, weight_decay: float = 1e-2) -> dict[str, float]:
+    """Held-out accuracy of a linear colour classifier on the encoder's sentence embeddings, trained on the
+    canonical and train-tier colour words only."""
+    import torch
+
+    colours = list(L.COLOR_SYNONYMS["heldout"])
+
+    def embed(word: str) -> np.ndarray:
+        return text.encode([f.format(w=word) for f in PROBE_FRAMES])
+
+    train = [(embed(w), i) for i, c in enumerate(colours) for w in (c, *L.COLOR_SYNONYMS["train"][c])]
+    test = [(embed(w).mean(0), i) for i, c in enumerate(colours) for w in L.COLOR_SYNONYMS["heldout"][c]]
+    x = torch.tensor(np.concatenate([e for e, _ in train]))
+    y = torch.tensor([i for e, i in train for _ in range(len(e))])
+    torch.manual_seed(0)
+    w = torch.zeros(x.shape[1], len(colours), requires_grad=True)
+    b = torch.zeros(len(colours), requires_grad=True)
+    opt = torch.optim.Adam([w, b], lr=0.05)
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(x @ w + b, y) + weight_decay * (w**2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    xt = torch.tensor(np.stack([e for e, _ in test]))
+    yt = torch.tensor([i for _, i in test])
+    acc = float(((xt @ w + b).argmax(1) == yt).float().mean())
+    return {"heldout_accuracy": acc, "train_words": len(train), "heldout_words": len(test),
+            "chance": 1 / len(colours)}
 
 
 def heldout_words() -> set[str]:
@@ -138,7 +175,8 @@ def main() -> None:
     args = ap.parse_args()
     from coda.policy.text import text_encoder_for
 
-    result: dict[str, Any] = {"encoder": encoder_knowledge(text_encoder_for("minilm"))}
+    text = text_encoder_for("minilm")
+    result: dict[str, Any] = {"encoder": encoder_knowledge(text), "colour_probe": colour_probe(text)}
     if args.run is not None:
         result["pointer"], result["heldout_misses"] = pointer_accuracy(args.run, args.checkpoints, args.episodes)
         result["run"], result["episodes"] = str(args.run), args.episodes
@@ -148,6 +186,8 @@ def main() -> None:
         for name, r in cls.items():
             print(f"{tier:8s} {name:10s} sentence {r['sentence']:.2f} token {r['token']:.2f} "
                   f"(n {r['n']}, chance {r['chance']:.2f})")
+    probe = result["colour_probe"]
+    print(f"linear colour probe on held-out words: {probe['heldout_accuracy']:.2f} (chance {probe['chance']:.2f})")
     for ck, per in result.get("pointer", {}).items():
         worst = {w: v["rate"] for w, v in list(result["heldout_misses"][ck].items())[:6]}
         print(ck, {t: (round(v["moved"], 2), round(v["destination"], 2)) for t, v in per.items()}, "worst words:", worst)
