@@ -103,6 +103,7 @@ class ChunkPolicy(nn.Module):
             )
         self.register_buffer("critic_updates", torch.zeros((), dtype=torch.long))
         self._rng = torch.Generator().manual_seed(cfg.seed)
+        self.train_rng: torch.Generator | None = None  # set by the training loop for the losses' own draws
         self.eval()  # inference mode unless a training loop says otherwise
         self.reset()
 
@@ -199,7 +200,8 @@ class ChunkPolicy(nn.Module):
         if self.cfg.awr_baseline == "value":
             return self.critic_target.v_from(z)
         k, (b, h, a) = self.cfg.awr_samples, mean.shape
-        cand = mean.detach() + log_std.detach().exp() * torch.randn((k, b, h, a), dtype=mean.dtype)
+        noise = torch.randn((k, b, h, a), dtype=mean.dtype, generator=self.train_rng)
+        cand = mean.detach() + log_std.detach().exp() * noise
         q = torch.minimum(*self.critic_target.q_from(z.repeat(k, 1), cand.reshape(k * b, h, a)))
         return q.view(k, b).mean(0)
 

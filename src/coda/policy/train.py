@@ -118,6 +118,7 @@ def train_policy(
     per_step = cfg.batch_size * (2 if cfg.train_critic else 1)
     metrics: dict[str, float] = {}
     policy.train()
+    policy.train_rng = gen  # what the loss samples (AWR's policy chunks) follows the batches' seed
     t0 = time.perf_counter()
     if cfg.improvement == "awr" and cfg.critic_warmup:
         history += _warm_critic(policy, data, gen, cfg.critic_warmup, log)
@@ -157,6 +158,7 @@ def train_policy(
     finally:
         if log is not None:
             log.close()
+        policy.train_rng = None
         policy.eval()
     wall = time.perf_counter() - t0
     return TrainResult(steps, metrics, wall, steps * per_step / max(wall, 1e-9), ckpt, history)
