@@ -140,9 +140,9 @@ def test_from_round0_refuses_other_round0_settings(tmp_path: Path) -> None:
     start_run(E.config("dr", extra=("policy.finetune_steps=3", "engine.generation_budget=2")), tmp_path / "ok",
               from_round0=E.round0())  # round-1 settings may differ
     # the advantage settings only rounds read when round 0 trained no critic; they count once it does
-    awr = ("policy.awr_beta=0.5", "policy.awr_baseline=value", "policy.critic_warmup=7", "policy.expectile=0.6")
+    awr = ("policy.awr_beta=0.5", "policy.awr_baseline=policy", "policy.critic_warmup=7", "policy.expectile=0.6")
     start_run(E.config("dr", extra=awr), tmp_path / "awr", from_round0=E.round0())
-    with pytest.raises(RunDirError, match=r"policy.awr_baseline = 'policy' there but 'value' here"):
+    with pytest.raises(RunDirError, match=r"policy.awr_baseline = 'value' there but 'policy' here"):
         start_run(E.config("dr", extra=(*awr, "policy.train_critic=true", "policy.improvement=awr")),
                   tmp_path / "awr0", from_round0=E.round0())
     with pytest.raises(RunDirError, match="no config.yaml"):

@@ -60,8 +60,14 @@ def test_a_round_on_data_the_policy_solves_leaves_its_success_unchanged(solved, 
 
 def test_round_overrides_and_retrain(solved, tmp_path: Path) -> None:
     cfg, scenes, demos, again, sft = solved
-    awr = build_config("tiny", overrides=SETTINGS + ["engine.improvement=awr", "engine.finetune_lr_scale=0.5"])
-    assert round_overrides(awr) == {"lr": 0.0015, "train_critic": True, "improvement": "awr"}
+    awr = build_config("tiny", overrides=SETTINGS + ["engine.improvement=awr", "engine.finetune_lr_scale=0.5",
+                                                     "policy.awr_beta=0.7", "policy.awr_baseline=policy"])
+    p = awr.policy
+    assert round_overrides(awr) == {"lr": 0.0015, "train_critic": True, "improvement": "awr", "awr_beta": 0.7,
+                                    "awr_max_weight": p.awr_max_weight, "awr_baseline": "policy",
+                                    "awr_samples": p.awr_samples, "critic_warmup": p.critic_warmup,
+                                    "expectile": p.expectile, "polyak": p.polyak}
+    assert round_overrides(build_config("tiny", overrides=SETTINGS + ["engine.improvement=bc"])) == {"lr": p.lr}
     retrain = build_config("tiny", overrides=SETTINGS + ["engine.improvement=bc", "engine.retrain=true"])
     result, _ = finetune(sft, [demos], again, retrain, tmp_path / "fresh.pt")
     assert result.steps == retrain.policy.train_steps  # a fresh network gets the SFT step budget

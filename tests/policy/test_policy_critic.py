@@ -63,7 +63,7 @@ def test_chunk_shaping_equals_sum_of_per_step_terms(terminated: bool) -> None:
     assert total == pytest.approx(end - pots[0], abs=1e-5)
 
 
-def _train_chain(shaped: bool, improvement: str, baseline: str = "policy") -> tuple:
+def _train_chain(shaped: bool, improvement: str, baseline: str = "value") -> tuple:
     text = HashingTextEncoder()
     data = ChunkDataset(chain_episodes(200, seed=0, potential=phi if shaped else None), text, H, gamma=GAMMA)
     cfg = tiny_cfg(chunk_len=H, n_action_steps=1, train_critic=True, improvement=improvement, expectile=0.5,
@@ -129,10 +129,10 @@ def test_awr_moves_the_actor_towards_higher_value_chunks(chain_plain, chain_shap
     assert np.mean(dx_awr) > np.mean(dx_bc) + 0.01, (dx_awr, dx_bc)
 
 
-def test_awr_against_the_state_value_moves_the_actor_the_same_way(chain_shaped) -> None:
-    """With the advantage measured against V(s) instead of the actor's own sampled chunks (Q(s, a) - mean
-    Q(s, a')), AWR still prefers the rewarded direction over plain BC."""
-    awr = _train_chain(shaped=False, improvement="awr", baseline="value")[0]
+def test_awr_against_the_policys_own_chunks_moves_the_actor_the_same_way(chain_shaped) -> None:
+    """With the advantage measured against chunks sampled from the actor (Q(s, a) - mean Q(s, a')) instead of
+    V(s), AWR still prefers the rewarded direction over plain BC."""
+    awr = _train_chain(shaped=False, improvement="awr", baseline="policy")[0]
     bc = chain_shaped[0]
     dx_awr = [awr.predict_chunk(chain_obs(s))[0, 0] - chain_obs(s)["proprio"][0] for s in range(1, CHAIN_N - 1)]
     dx_bc = [bc.predict_chunk(chain_obs(s))[0, 0] - chain_obs(s)["proprio"][0] for s in range(1, CHAIN_N - 1)]

@@ -50,7 +50,7 @@ class PolicyConfig(Section):
     awr_beta: float = Field(2.0, gt=0)  # AWR temperature: weight = exp(batch-normalised advantage / beta); 2 keeps ~0.8 of a batch effective
     critic_warmup: int = Field(300, ge=0)  # critic-only steps on a run's data before AWR reads its advantages
     awr_max_weight: float = Field(20.0, gt=0)  # AWR weights are clipped to this
-    awr_baseline: Literal["value", "policy"] = "policy"  # AWR advantage: Q(s, a) - V(s), or Q(s, a) - mean Q(s, a') over chunks a' sampled from the policy
+    awr_baseline: Literal["value", "policy"] = "value"  # AWR advantage: Q(s, a) - V(s), or Q(s, a) - mean Q(s, a') over chunks a' sampled from the policy
     awr_samples: int = Field(4, ge=1)  # chunks sampled from the policy per state for the "policy" baseline
     value_guided_samples: int = Field(0, ge=0)  # candidates sampled for value-guided selection (0 = off)
     sample_temperature: float = Field(1.0, gt=0)  # std scale when sampling candidate chunks
