@@ -47,7 +47,7 @@ def test_a_round_on_data_the_policy_solves_leaves_its_success_unchanged(solved, 
     before = _solved(sft, scenes, cfg)
     assert before >= 3, f"the SFT policy solves only {before} of its 4 training scenes"
     cfg = build_config("tiny", overrides=SETTINGS + [f"engine.improvement={improvement}", "policy.critic_warmup=100"])
-    result, per_source = finetune(sft, [demos], again, cfg, tmp_path / "round.pt")
+    result, per_source, _ = finetune(sft, [demos], again, cfg, tmp_path / "round.pt")
     assert per_source["replay"] > 0 and per_source["expert"] > 0 and per_source["corrective"] == 0
     assert result.steps == cfg.policy.finetune_steps
     if improvement == "awr":  # advantages were read only after the critic's warm-up, and the weights are sane
@@ -68,7 +68,11 @@ def test_round_overrides_and_retrain(solved, tmp_path: Path) -> None:
                                     "awr_samples": p.awr_samples, "critic_warmup": p.critic_warmup,
                                     "expectile": p.expectile, "polyak": p.polyak}
     assert round_overrides(build_config("tiny", overrides=SETTINGS + ["engine.improvement=bc"])) == {"lr": p.lr}
+    guided = build_config("tiny", overrides=SETTINGS + ["engine.improvement=bc", "engine.value_guided_samples=4",
+                                                        "policy.expectile=0.6"])
+    assert round_overrides(guided) == {"lr": p.lr, "train_critic": True, "value_guided_samples": 4,
+                                       "expectile": 0.6, "polyak": p.polyak}  # the critic it trains, as configured
     retrain = build_config("tiny", overrides=SETTINGS + ["engine.improvement=bc", "engine.retrain=true"])
-    result, _ = finetune(sft, [demos], again, retrain, tmp_path / "fresh.pt")
+    result, _, _ = finetune(sft, [demos], again, retrain, tmp_path / "fresh.pt")
     assert result.steps == retrain.policy.train_steps  # a fresh network gets the SFT step budget
     assert read_checkpoint(tmp_path / "fresh.pt")["config"]["lr"] == retrain.policy.lr

@@ -21,6 +21,7 @@ from typing import Any
 
 from coda.config import CodaConfig
 from coda.engine.context import RunContext, RunDirError, load_run_config
+from coda.engine.training import AWR_FIELDS, CRITIC_FIELDS
 
 ROUND0_PHASES = ("scenes", "demos", "train", "measure")
 ROUND0_FILES = ("demos/round_000", "checkpoints/round_000.pt", "metrics/train_round_000.jsonl", "keyframes/round_000")
@@ -30,10 +31,6 @@ ROUND0_FIELDS: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("sim", None), ("scene", None), ("bench", ("eval_scenes_per_split",)), ("engine", ("seed",)),
 )
 POLICY_ROUNDS_ONLY = ("finetune_steps",)  # policy fields only rounds 1.. read
-# policy fields round 0 reads only when its SFT step trains a critic (`train_critic`) or weights by advantages
-# (`improvement = "awr"`); rounds take them from their own configuration (`engine.training.round_overrides`)
-POLICY_CRITIC_ONLY = ("expectile", "polyak")
-POLICY_AWR_ONLY = ("awr_beta", "awr_max_weight", "awr_baseline", "awr_samples", "critic_warmup")
 
 
 def round0_mismatch(source: CodaConfig, target: CodaConfig) -> str | None:
@@ -43,11 +40,11 @@ def round0_mismatch(source: CodaConfig, target: CodaConfig) -> str | None:
     for section, fields in ROUND0_FIELDS:
         names = fields if fields is not None else tuple(sorted(set(a[section]) | set(b[section])))
         checks += [(f"{section}.{n}", a[section].get(n), b[section].get(n)) for n in names]
-    skip = set(POLICY_ROUNDS_ONLY)
+    skip = set(POLICY_ROUNDS_ONLY)  # and the critic's settings when round 0 trained none (rounds carry them)
     if not (a["policy"].get("train_critic") or b["policy"].get("train_critic")):
-        skip |= set(POLICY_CRITIC_ONLY)
+        skip |= set(CRITIC_FIELDS)
     if "awr" not in (a["policy"].get("improvement"), b["policy"].get("improvement")):
-        skip |= set(POLICY_AWR_ONLY)
+        skip |= set(AWR_FIELDS)
     names = sorted((set(a["policy"]) | set(b["policy"])) - skip)
     checks += [(f"policy.{n}", a["policy"].get(n), b["policy"].get(n)) for n in names]
     for name, x, y in checks:

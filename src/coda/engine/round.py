@@ -351,13 +351,10 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
 
     torch.manual_seed(ctx.seed_for("train", r))  # a fresh critic head starts the same on a resumed run
     weights = source_weights(ctx.cfg)
-    result, bc_samples = finetune(prev_checkpoint, demo_dirs, final, ctx.cfg, ckpt, shaping_weight=shaping_weight,
-                                  metrics_path=ctx.path("metrics", f"train_round_{r:03d}.jsonl"), progress=True)
-    from coda.policy.samples import source_shares
-
-    present = {k: n for k, n in bc_samples.items() if n > 0}  # each source's share of the BC batches
-    shares = source_shares(present, weights, ctx.cfg.engine.max_oversample)
-    bc_shares = {k: round(v, 4) for k, v in shares.items()}
+    result, bc_samples, shares = finetune(prev_checkpoint, demo_dirs, final, ctx.cfg, ckpt,
+                                          shaping_weight=shaping_weight, progress=True,
+                                          metrics_path=ctx.path("metrics", f"train_round_{r:03d}.jsonl"))
+    bc_shares = {k: round(v, 4) for k, v in shares.items()}  # each source's share of the BC batches
     digest, _ = sha256_file(ckpt)
     with ctx.commit(r, "train") as tx:
         tx.add(TrainingProgram(key=f"round_{r}", body={

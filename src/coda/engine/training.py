@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from coda.policy.train import TrainResult
 
 
+# policy settings a round takes from its own configuration rather than the checkpoint's, because the SFT
+# step of round 0 reads them only when it trains a critic or weights by advantages (see `engine.fork`)
+CRITIC_FIELDS = ("expectile", "polyak")
+AWR_FIELDS = ("awr_beta", "awr_max_weight", "awr_baseline", "awr_samples", "critic_warmup")
+
+
 def round_overrides(cfg: "CodaConfig") -> dict[str, Any]:
     """Policy config changes a round's training makes on top of the checkpoint's: the improvement loss, the
     critic it needs and the run's settings for both (the SFT checkpoint never used them, and a run started
@@ -26,11 +32,11 @@ def round_overrides(cfg: "CodaConfig") -> dict[str, Any]:
     e, p = cfg.engine, cfg.policy
     out: dict[str, Any] = {"lr": p.lr * e.finetune_lr_scale}
     if e.improvement == "awr":
-        out |= {"train_critic": True, "improvement": "awr",
-                **{k: getattr(p, k) for k in ("awr_beta", "awr_max_weight", "awr_baseline", "awr_samples",
-                                              "critic_warmup", "expectile", "polyak")}}
+        out |= {"train_critic": True, "improvement": "awr", **{k: getattr(p, k) for k in AWR_FIELDS}}
     if e.value_guided_samples:
         out |= {"train_critic": True, "value_guided_samples": e.value_guided_samples}
+    if out.get("train_critic"):
+        out |= {k: getattr(p, k) for k in CRITIC_FIELDS}
     return out
 
 
@@ -50,13 +56,13 @@ def finetune(
     shaping_weight: float = 0.0,
     metrics_path: Path | None = None,
     progress: bool = False,
-) -> tuple["TrainResult", dict[str, int]]:
+) -> tuple["TrainResult", dict[str, int], dict[str, float]]:
     """Fine-tune `prev_checkpoint` for `policy.finetune_steps` on `demo_dirs` (the first is the round-0
     `replay` source) plus `new_demos`, into `checkpoint`; with `engine.retrain`, train a fresh policy of the
     same configuration for `policy.train_steps` on the same data instead.
 
     Returns:
-        (the training result, BC samples per source).
+        (the training result, BC samples per source, each source's share of the BC batches).
     """
     from coda.policy.checkpoint import load_policy
     from coda.policy.policy import ChunkPolicy
@@ -80,4 +86,5 @@ def finetune(
     policy.remember_goals(*data.goal_memory())  # the round's new instructions join what the policy knows
     result = train_policy(policy, data, steps=steps, checkpoint=checkpoint, progress=progress,
                           metrics_path=metrics_path)
-    return result, {k: data.bc_source.count(k) for k in weights}
+    assert data.bc_shares is not None  # source weights were given
+    return result, {k: data.bc_source.count(k) for k in weights}, data.bc_shares

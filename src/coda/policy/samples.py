@@ -122,14 +122,14 @@ def source_shares(counts: Mapping[str, int], weights: Mapping[str, float],
 
 
 def _bc_probabilities(bc_src: Sequence[str], weights: Mapping[str, float],
-                      max_oversample: float | None = None) -> Tensor:
-    """Per-BC-sample probabilities: each source's `source_shares`, uniform within it."""
+                      max_oversample: float | None = None) -> tuple[Tensor, dict[str, float]]:
+    """Per-BC-sample probabilities (each source's `source_shares`, uniform within it) and the shares."""
     counts: dict[str, int] = {}
     for s in bc_src:
         counts[s] = counts.get(s, 0) + 1
     shares = source_shares(counts, weights, max_oversample)
     prob = [shares[s] / counts[s] for s in bc_src]
-    return torch.tensor(prob, dtype=torch.float64)
+    return torch.tensor(prob, dtype=torch.float64), shares
 
 
 def _pad_chunk(actions: np.ndarray, start: int, h: int) -> np.ndarray:
@@ -274,7 +274,10 @@ class ChunkDataset:
         if sources is not None and len(sources) != self.n_episodes:
             raise DatasetError(f"sources has {len(sources)} entries for {self.n_episodes} episodes")
         self.bc_source = bc_src  # source name per BC sample ("" when untagged)
-        self.bc_prob = None if source_weights is None else _bc_probabilities(bc_src, source_weights, max_oversample)
+        self.bc_prob: Tensor | None = None  # per-BC-sample draw probability (None: uniform)
+        self.bc_shares: dict[str, float] | None = None  # share of the BC batches per source present
+        if source_weights is not None:
+            self.bc_prob, self.bc_shares = _bc_probabilities(bc_src, source_weights, max_oversample)
 
     def goal_memory(self) -> tuple[Tensor, Tensor]:
         """Every distinct instruction and wording whose goal has a value: embeddings (K, E) and values (K,)."""
