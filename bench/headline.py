@@ -34,9 +34,9 @@ Writes `bench/results/headline.json` (`--fast`: `headline_fast.json`) and a mark
      "diagnoses_per_round", "wall_seconds", "meta": {...}}
 
 Usage:
-    python bench/headline.py                  # 3 seeds (about 10 hours on 2 cores at SIZES: 11-15 min per
-                                              # closed-loop run, two at a time, measured on push)
-    python bench/headline.py --fast           # 1 seed, the same sizes (about 3.2 hours)
+    python bench/headline.py                  # 3 seeds (about 5.5 hours on 2 cores at SIZES with BC rounds:
+                                              # a closed-loop coda run 6.6 min alone on push, a round-0 run 3.7)
+    python bench/headline.py --fast           # 1 seed, the same sizes (about 1.9 hours)
     python bench/headline.py --strategies coda dr --families pick_place --seeds 1
 """
 
@@ -78,7 +78,7 @@ SIZES = [
     "scene.sft_scenes_per_family=200", "bench.eval_scenes_per_split=30",
     "engine.rounds=4", "engine.generation_budget=64", "engine.demo_budget=64", "engine.probe_scenes=32",
     "engine.max_diagnoses=12", "engine.mode_probes=4", "critic.counterfactual_k=4",
-    "engine.measure_every_round=false", "engine.improvement=awr", "runtime.workers=1",
+    "engine.measure_every_round=false", "engine.improvement=bc", "runtime.workers=1",
 ]
 
 

@@ -70,7 +70,8 @@ def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_train
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(CRITICS._items, "scripted", lambda cfg: ScriptedCritic())
     cfg = E.config("coda", extra=("critic.name=scripted", "engine.probe_scenes=2", "engine.demo_budget=8",
-                                  "engine.corrective_weight=0.25"))
+                                  "engine.corrective_weight=0.25",
+                                  "engine.improvement=awr"))  # rounds train the critic on their probes too
     ctx = start_run(cfg, tmp_path / "modes", from_round0=E.round0())
     from coda.engine.fork import copy_round0
 

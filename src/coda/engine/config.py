@@ -34,5 +34,5 @@ class EngineConfig(Section):
     max_oversample: float | None = Field(4.0, ge=1)  # no data source fills more than this times its share of all BC samples (None: no cap)
     retrain: bool = False  # a round trains a fresh policy on every demo so far (policy.train_steps) instead of fine-tuning
     finetune_lr_scale: float = Field(1.0, gt=0, le=1)  # a round fine-tunes at this times policy.lr (smaller steps forget less)
-    improvement: Literal["bc", "awr"] = "awr"  # rounds' actor loss: advantage-weighted by the chunk critic (shaping reaches the actor), or plain behaviour cloning
+    improvement: Literal["bc", "awr"] = "bc"  # rounds' actor loss: plain behaviour cloning, or advantage-weighted by the chunk critic (shaping reaches the actor)
     value_guided_samples: int = Field(0, ge=0)  # >0: round checkpoints pick the best of this many sampled chunks by Q

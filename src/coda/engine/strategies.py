@@ -11,11 +11,12 @@
 | `dagger`      | explore                   | no              | domain randomisation; its failed probes relabelled      | none    |
 | `sft`         | –                         | –               | no rounds                                               | –       |
 
-Shaping acts on the chunk critic, and through it on the actor: every closed-loop strategy fine-tunes with
-advantage-weighted regression by default (`engine.improvement = "awr"`), its critic trained on the round's
-demos and its own probe rollouts; `coda`'s critic learns from shaped targets, the others' from the sparse
-task reward. With `engine.improvement = "bc"` (and no value-guided selection) the actor never reads the
-critic and `coda` and `coda-sparse` fine-tune identical policies.
+Every closed-loop strategy fine-tunes by behaviour cloning by default (`engine.improvement = "bc"`): the
+actor never reads the chunk critic, and `coda` and `coda-sparse` fine-tune identical policies from identical
+data. Shaping reaches the actor with `engine.improvement = "awr"` (advantage-weighted regression, the critic
+trained on the round's demos and its own probe rollouts; `coda`'s critic learns from shaped targets, the
+others' from the sparse task reward) or with value-guided selection (`engine.value_guided_samples`). At the
+headline's sizes both cost success against BC (README, headline section), so neither is the default.
 
 A strategy is data plus one callable, its *planner*: `(Evidence) -> Plan`, from the round's probe episodes,
 diagnoses and verdicts to generation sources whose counts sum to the budget (and, for CoDA, per-mode training
