@@ -142,3 +142,37 @@ def test_rollout_groups_cover_the_jobs_in_order() -> None:
     groups = rollout_groups(100, 2, 8)
     assert [i for g in groups for i in g] == list(range(100))
     assert max(len(g) for g in groups) == 32  # up to four batches per group
+
+
+class _Replay:
+    """Plays back a fixed action sequence (then holds still)."""
+
+    def __init__(self, actions: np.ndarray) -> None:
+        self.actions, self.t = actions, 0
+
+    def reset(self) -> None:
+        self.t = 0
+
+    def select_action(self, obs: object) -> np.ndarray:
+        a = self.actions[min(self.t, len(self.actions) - 1)]
+        self.t += 1
+        return a
+
+
+def test_only_failed_episodes_are_rendered(trained) -> None:
+    from coda.sim.tabletop.experts import rollout_expert
+
+    cfg = build_config("tiny", overrides=SETTINGS)
+    spec = build_split("pick_place", "sft", 1, seed=3).valid[0]
+    env = TabletopEnv(config=cfg.sim)
+    try:
+        demo = rollout_expert(env, spec)
+        assert demo.success
+        solved = rollout_policy(env, _Replay(demo.actions), spec, keyframes=3, record_states=False)
+        idle = rollout_policy(env, _Replay(np.zeros((1, 5), np.float32)), spec, max_steps=20, keyframes=3,
+                              record_states=False)
+    finally:
+        env.close()
+    assert solved.success and solved.keyframes == {}
+    assert not idle.success and sorted(idle.keyframes) == [0, 10, 20]
+    assert all(f.shape == (cfg.sim.render_size, cfg.sim.render_size, 3) for f in idle.keyframes.values())

@@ -82,8 +82,10 @@ class _Episode:
 
     def result(self) -> Rollout:
         frames: dict[int, np.ndarray] = {}
-        if self.keyframes:
-            # Rendering only the chosen steps afterwards, from snapshots, keeps the loop free of GL work.
+        if self.keyframes and not self.success:
+            # Rendering only the chosen steps afterwards, from snapshots, keeps the loop free of GL work; a
+            # success is never diagnosed nor shown, so it is not rendered (a frame costs more than its episode's
+            # policy calls on a CPU renderer).
             for t in keyframe_steps(self.steps, self.keyframes):
                 self.env.set_state(self.snapshots[t])
                 frames[t] = self.env.render("front", self.render_size)
@@ -111,7 +113,7 @@ def rollout_policy(
         policy: anything with `reset()` and `select_action(obs) -> (5,)`.
         spec: the scene.
         max_steps: step limit (default: the env's).
-        keyframes: number of front-camera frames kept, evenly spaced over the episode (0 = none).
+        keyframes: number of front-camera frames kept, evenly spaced over the episode, of a failed episode (0 = none).
         render_size: keyframe size in pixels.
         record_states: keep the privileged state trace.
     Returns:
@@ -283,7 +285,7 @@ def evaluate_checkpoint(
         workers: processes (1 = in this process), when no `executor` is given.
         batch: episodes each process steps in lockstep (`rollout_batch`; default `runtime.rollout_batch`'s
             default); the episodes do not depend on it.
-        keyframes: front-camera frames kept per episode.
+        keyframes: front-camera frames kept per failed episode (successes are not rendered).
         record_states: keep privileged state traces (needed by the critic and verifier).
         overrides: inference-time policy config overrides (e.g. value_guided_samples).
         on_done: called with (index, rollout) as each group of episodes finishes, for progress bars.
