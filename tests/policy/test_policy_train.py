@@ -117,3 +117,23 @@ def test_fine_tuning_starts_from_the_checkpoint_and_keeps_its_stats(tmp_path: Pa
     assert load_policy(tmp_path / "b.pt").state_dict().keys() == base.state_dict().keys()
     with pytest.raises(CheckpointError, match="another architecture"):
         train_sft([tmp_path / "b"], tiny_cfg(hidden=32), tmp_path / "d.pt", steps=1, text=hashing, init_from=tmp_path / "a.pt")
+
+
+def test_a_tight_spread_does_not_slow_behaviour_cloning(hashing) -> None:
+    """The spread head's NLL gradient grows without bound as its fit tightens; clipped apart from the actor's,
+    it cannot scale the BC step: the actor's weights after a step are the same whatever the spread's state."""
+    data = ChunkDataset(expert_episodes(make_specs(6, seed=13)), hashing, chunk_len=4)
+    cfg = tiny_cfg(log_every=1)
+    torch.manual_seed(0)
+    loose = build_policy(cfg, data, hashing)
+    tight = build_policy(cfg, data, hashing)
+    tight.load_state_dict(loose.state_dict())
+    with torch.no_grad():  # a spread fitted far tighter than the data's errors: its NLL gradient is huge
+        tight.actor.log_std.weight.zero_()
+        tight.actor.log_std.bias.fill_(-5.0)
+    r_loose = train_policy(loose, data, steps=1)
+    r_tight = train_policy(tight, data, steps=1)
+    assert r_tight.history[0]["spread_grad_norm"] > 100 * r_loose.history[0]["grad_norm"]
+    spread = {f"actor.log_std.{k}" for k in ("weight", "bias")}
+    actor = {k for k in loose.state_dict() if k.startswith(("encoder.", "actor.")) and k not in spread}
+    assert all(torch.equal(loose.state_dict()[k], tight.state_dict()[k]) for k in actor)

@@ -37,7 +37,7 @@ class PolicyConfig(Section):
     lr: float = Field(1e-3, gt=0)  # AdamW learning rate
     lr_decay: bool = True  # cosine-decay the learning rate to 10% over each training run
     weight_decay: float = Field(1e-4, ge=0)  # AdamW weight decay
-    grad_clip: float = Field(1.0, gt=0)  # global gradient-norm clip
+    grad_clip: float = Field(1.0, gt=0)  # gradient-norm clip, for the actor, its spread head and the critic each
     batch_size: int = Field(128, ge=1)  # training batch size
     train_steps: int = Field(1500, ge=1)  # SFT training steps
     finetune_steps: int = Field(500, ge=1)  # training steps per engine round

@@ -144,6 +144,19 @@ class ChunkPolicy(nn.Module):
         """Parameters trained by the actor losses (encoder and chunk head)."""
         return [*self.encoder.parameters(), *self.actor.parameters()]
 
+    def gradient_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters whose gradient norm is clipped together: the actor (encoder and chunk mean), its spread
+        head, and the critic when it trains. The groups share no loss term, so one clip over all of them
+        would let one group's gradient scale another's: a spread fitted tight in SFT meets a round's new
+        data with NLL gradients thousands of times the BC gradient, and a joint clip then all but stops
+        behaviour cloning for the round."""
+        spread = set(map(id, self.actor.log_std.parameters()))
+        groups = {"actor": [q for q in self.actor_parameters() if id(q) not in spread],
+                  "spread": list(self.actor.log_std.parameters())}
+        if self.cfg.train_critic:
+            groups["critic"] = list(self.critic.parameters())
+        return groups
+
     # ---- training -------------------------------------------------------------------------------------
 
     def forward(self, batch: TrainBatch) -> tuple[Tensor, dict[str, float]]:  # type: ignore[override]

@@ -108,7 +108,8 @@ def train_policy(
     steps = cfg.train_steps if steps is None else steps
     _set_threads(cfg.torch_threads)
     gen = torch.Generator().manual_seed(cfg.seed)
-    params = policy.actor_parameters() + (list(policy.critic.parameters()) if cfg.train_critic else [])
+    groups = policy.gradient_groups()
+    params = [q for g in groups.values() for q in g]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)  # fewer Python loops
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(steps) if cfg.lr_decay else lambda _: 1.0)
     ckpt = Path(checkpoint) if checkpoint is not None else None
@@ -135,14 +136,16 @@ def train_policy(
                     _stop(policy, ckpt, step, f"loss is {loss_value}", metrics, batch, meta_base)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-                if not math.isfinite(grad_norm):
-                    _stop(policy, ckpt, step, f"gradient norm is {grad_norm}", metrics, batch, meta_base)
+                norms = {k: float(torch.nn.utils.clip_grad_norm_(g, cfg.grad_clip)) for k, g in groups.items()}
+                for k, norm in norms.items():
+                    if not math.isfinite(norm):
+                        _stop(policy, ckpt, step, f"{k} gradient norm is {norm}", metrics, batch, meta_base)
                 opt.step()
                 sched.step()
                 if cfg.train_critic:
                     policy.update_target()
-                metrics["grad_norm"] = grad_norm
+                metrics["grad_norm"] = norms["actor"]
+                metrics |= {f"{k}_grad_norm": v for k, v in norms.items() if k != "actor"}
                 metrics["lr"] = sched.get_last_lr()[0]
                 if step % cfg.log_every == 0 or step == steps:
                     elapsed = time.perf_counter() - t0
