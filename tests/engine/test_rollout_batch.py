@@ -114,19 +114,19 @@ def test_workers_and_batch_sizes_give_the_same_episodes(trained) -> None:
     _same(ref, evaluate_checkpoint(ckpt, scenes, cfg.sim, workers=2, batch=2, record_states=False))
 
 
+class Still:
+    """Holds the gripper where it starts, open; reset and select_action only."""
+
+    def reset(self) -> None:
+        self.obs = None
+
+    def select_action(self, obs: dict) -> np.ndarray:
+        p = obs["proprio"]
+        return np.array([p[0], p[1], p[2], np.arctan2(p[3], p[4]), 1.0], np.float32)
+
+
 def test_a_policy_that_cannot_batch_runs_one_episode_at_a_time(trained) -> None:
     cfg, _, scenes = trained
-
-    class Still:
-        """Holds the gripper where it starts, open; reset and select_action only."""
-
-        def reset(self) -> None:
-            self.obs = None
-
-        def select_action(self, obs: dict) -> np.ndarray:
-            p = obs["proprio"]
-            return np.array([p[0], p[1], p[2], np.arctan2(p[3], p[4]), 1.0], np.float32)
-
     envs = [TabletopEnv(config=cfg.sim) for _ in range(3)]
     try:
         got = rollout_batch(envs, Still(), scenes[:2], record_states=False)
@@ -145,7 +145,7 @@ def test_rollout_groups_cover_the_jobs_in_order() -> None:
 
 
 class _Replay:
-    """Plays back a fixed action sequence (then holds still)."""
+    """Plays back a fixed action sequence (then repeats its last action)."""
 
     def __init__(self, actions: np.ndarray) -> None:
         self.actions, self.t = actions, 0
@@ -159,7 +159,7 @@ class _Replay:
         return a
 
 
-def test_only_failed_episodes_are_rendered(trained) -> None:
+def test_only_failed_episodes_are_rendered() -> None:
     from coda.sim.tabletop.experts import rollout_expert
 
     cfg = build_config("tiny", overrides=SETTINGS)
@@ -169,8 +169,7 @@ def test_only_failed_episodes_are_rendered(trained) -> None:
         demo = rollout_expert(env, spec)
         assert demo.success
         solved = rollout_policy(env, _Replay(demo.actions), spec, keyframes=3, record_states=False)
-        idle = rollout_policy(env, _Replay(np.zeros((1, 5), np.float32)), spec, max_steps=20, keyframes=3,
-                              record_states=False)
+        idle = rollout_policy(env, Still(), spec, max_steps=20, keyframes=3, record_states=False)
     finally:
         env.close()
     assert solved.success and solved.keyframes == {}

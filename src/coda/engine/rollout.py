@@ -113,7 +113,7 @@ def rollout_policy(
         policy: anything with `reset()` and `select_action(obs) -> (5,)`.
         spec: the scene.
         max_steps: step limit (default: the env's).
-        keyframes: number of front-camera frames kept, evenly spaced over the episode, of a failed episode (0 = none).
+        keyframes: front-camera frames kept, evenly spaced over the episode, if it fails (0 = none).
         render_size: keyframe size in pixels.
         record_states: keep the privileged state trace.
     Returns:

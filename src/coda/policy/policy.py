@@ -150,9 +150,8 @@ class ChunkPolicy(nn.Module):
         would let one group's gradient scale another's: a spread fitted tight in SFT meets a round's new
         data with NLL gradients thousands of times the BC gradient, and a joint clip then all but stops
         behaviour cloning for the round."""
-        spread = set(map(id, self.actor.log_std.parameters()))
-        groups = {"actor": [q for q in self.actor_parameters() if id(q) not in spread],
-                  "spread": list(self.actor.log_std.parameters())}
+        spread = list(self.actor.log_std.parameters())
+        groups = {"actor": [q for q in self.actor_parameters() if all(q is not r for r in spread)], "spread": spread}
         if self.cfg.train_critic:
             groups["critic"] = list(self.critic.parameters())
         return groups
