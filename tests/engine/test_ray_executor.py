@@ -79,3 +79,51 @@ def test_a_tiny_round_on_ray_matches_the_local_executor(executor, tmp_path: Path
     got = E.memory_contents(path)
     for kind in reference:
         assert got[kind] == reference[kind], f"{kind} records differ between the Ray and the local executor"
+
+
+def _dying_in_measure(eval_ids: frozenset[str], marker_dir: str):  # type: ignore[no-untyped-def]
+    """`_run_group` that SIGKILLs its Ray worker on each of its first four groups with an evaluation scene
+    (the measure phase): the job's retry dies too, so the map fails."""
+
+    def group(args):  # type: ignore[no-untyped-def]
+        from coda.engine import rollout  # in the worker: its own module, unpatched, set up by _init_worker
+
+        if any(s.spec_id in eval_ids for s in args[0]):
+            for i in range(4):
+                try:
+                    os.close(os.open(Path(marker_dir) / f"kill{i}", os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    continue
+                os.kill(os.getpid(), signal.SIGKILL)
+        return rollout._run_group(args)
+
+    return group
+
+
+def test_a_round_whose_ray_worker_dies_fails_cleanly_and_resumes(executor, tmp_path: Path, monkeypatch) -> None:
+    from coda.engine import rollout
+    from coda.engine.loop import resume_run, run, start_run
+    from coda.runtime.executor import ExecutorError
+
+    reference = E.memory_contents(E.strategy_run("coda"))
+    with E.open_run(E.round0()) as mem:
+        eval_ids = frozenset(mem.get("scenario", e.scenario_id).spec_id
+                             for e in mem.list("episode", run_id="round0") if e.phase == "measure")
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    path = tmp_path / "killed"
+    monkeypatch.setattr(rollout, "_run_group", _dying_in_measure(eval_ids, str(markers)))
+    with pytest.raises(ExecutorError, match="a Ray worker died"):
+        with start_run(E.config("coda", extra=("runtime.executor=ray",)), path, from_round0=E.round0()) as ctx:
+            run(ctx, report=False)
+    assert len(list(markers.iterdir())) >= 2  # the job and its retry were killed
+    with E.open_run(path) as mem:
+        done = mem.completed_phases(path.name)
+    assert (1, "train") in done and (1, "measure") not in done  # the round stopped in its measure phase
+
+    monkeypatch.undo()
+    with resume_run(path) as ctx:
+        run(ctx, report=False)
+    got = E.memory_contents(path)
+    for kind in reference:
+        assert got[kind] == reference[kind], f"{kind} records differ after the resumed run"
