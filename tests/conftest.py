@@ -11,16 +11,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
-# `make test` (and so CI) sets this: a part that cannot run (LIBERO not installed, no PostgreSQL server, no
-# Chromium) fails the suite instead of skipping, so an install that went wrong cannot pass green.
-REQUIRE_ALL = os.environ.get("CODA_TEST_REQUIRE_ALL") == "1"
+# `make test` sets CODA_TEST_REQUIRE_ALL=1, and CI services set CI=true: then a part that cannot run (LIBERO not
+# installed, no PostgreSQL server, no Chromium) fails the suite instead of skipping, so an install that went
+# wrong cannot pass green.
+REQUIRE_ALL = os.environ.get("CODA_TEST_REQUIRE_ALL") == "1" or os.environ.get("CI", "").lower() == "true"
 
 
 def _strict(report: pytest.TestReport | pytest.CollectReport) -> None:
     if REQUIRE_ALL and report.skipped:
         reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
-        report.longrepr = f"skipped, but CODA_TEST_REQUIRE_ALL=1 requires every part: {reason}"
+        report.longrepr = f"skipped, but CODA_TEST_REQUIRE_ALL=1 or CI=true requires every part: {reason}"
 
 
 @pytest.hookimpl(hookwrapper=True)
