@@ -52,12 +52,15 @@ def chunk_targets(
     v_next: Tensor,
     phi: Tensor | None = None,
     phi_next: Tensor | None = None,
-    shaping_weight: float = 1.0,
 ) -> Tensor:
-    """Q targets (B,) for chunk transitions; shaping is added when potentials are given."""
+    """Q targets (B,) for chunk transitions; shaping is added when potentials are given.
+
+    `phi` and `phi_next` come already scaled by the shaping weight w (`ChunkDataset` scales the potentials
+    it loads), so w is applied in one place.
+    """
     target = reward_sum + discount * (1.0 - done.float()) * v_next
     if phi is not None and phi_next is not None:
-        target = target + shaping_weight * discounted_shaping(phi, phi_next, discount, done)
+        target = target + discounted_shaping(phi, phi_next, discount, done)
     return target
 
 
