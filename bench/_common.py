@@ -30,11 +30,12 @@ def scene_source() -> tuple[Callable[[str, np.random.Generator], ScenarioSpec], 
 def scenes(work: Path, family: str, split: str, n: int, seed: int, workers: int) -> list[ScenarioSpec]:
     """The first n valid scenes of a split (cached as a split file under `work`)."""
     from coda.scene.splits import build_split, read_split, write_split
+    from coda.sim.tabletop.validity import sim_check
 
     path = work / family / "scenes" / f"{split}_s{seed}_n{n}.jsonl"
     if path.exists():
         return read_split(path)[1]
-    valid = build_split(family, split, n, seed, workers=workers).valid
+    valid = build_split(family, split, n, seed, workers=workers, check=sim_check).valid
     write_split(path, valid, family=family, split=split, seed=seed)
     return valid
 

@@ -386,6 +386,7 @@ def sft_policy(families: Sequence[str], sizes: Sizes, cfg: Any, workers: int, co
     from coda.policy.data import collect_demos
     from coda.policy.train import train_sft
     from coda.scene.splits import build_split
+    from coda.sim.tabletop.validity import sim_check
     from coda.sim.backends import make_env
     from coda.sim.tabletop.experts import expert_for
 
@@ -406,7 +407,8 @@ def sft_policy(families: Sequence[str], sizes: Sizes, cfg: Any, workers: int, co
                 written = json.loads((d / "done.json").read_text())["written"]
                 reused.append(family)
             else:
-                scenes = build_split(family, "sft", sizes.demos_per_family, TRAIN_SEED, workers=workers).valid
+                scenes = build_split(family, "sft", sizes.demos_per_family, TRAIN_SEED, workers=workers,
+                                     check=sim_check).valid
                 report = collect_demos(env, scenes, lambda s: expert_for(s, cfg.sim.expert_chunk), d, progress=True)
                 written = report.written
                 (d / "done.json").write_text(json.dumps({"written": written}) + "\n")
@@ -453,6 +455,7 @@ def collect_failures(checkpoint: Path, families: Sequence[str], sizes: Sizes, cf
     from coda.engine.rollout import evaluate_checkpoint
     from coda.engine.round import replay_states
     from coda.scene.splits import OOD_SPLITS, build_split, paired_base
+    from coda.sim.tabletop.validity import sim_check
     from coda.sim.backends import make_env
 
     jobs: list[tuple[str, str, int, ScenarioSpec]] = []
@@ -460,7 +463,7 @@ def collect_failures(checkpoint: Path, families: Sequence[str], sizes: Sizes, cf
         task = bar.add_task("OOD scenes", total=len(families) * len(OOD_SPLITS))
         for family in families:
             for split in OOD_SPLITS:
-                specs = build_split(family, split, sizes.scenes_per_split, EVAL_SEED, workers=workers).valid
+                specs = build_split(family, split, sizes.scenes_per_split, EVAL_SEED, workers=workers, check=sim_check).valid
                 jobs += [(family, split, i, s) for i, s in enumerate(specs)]
                 bar.advance(task)
         task = bar.add_task("policy rollouts", total=len(jobs))
@@ -652,10 +655,12 @@ def main(argv: list[str] | None = None) -> int:
     from coda.critic.verify import Verifier
     from coda.engine.backend import PolicySuccess
     from coda.scene.splits import build_split
+    from coda.sim.tabletop.validity import sim_check
     from coda.sim.backends import make_env
 
     t0 = time.perf_counter()
-    base = [s for f in args.families for s in build_split(f, "sft", sizes.base_per_family, BASE_SEED, workers=args.workers).valid]
+    base = [s for f in args.families
+            for s in build_split(f, "sft", sizes.base_per_family, BASE_SEED, workers=args.workers, check=sim_check).valid]
     timings["base_scenes_s"] = time.perf_counter() - t0
     env = make_env(cfg.sim)
     dump = args.dump.open("w") if args.dump else None

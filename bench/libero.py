@@ -9,7 +9,7 @@ Stages (each writes its result under `--work`; `--resume` continues a run where 
    - round 0: expert demos from placements sampled from each task's BDDL regions (never the official initial
      states), behaviour cloning (the SFT policy), and the official protocol on the evaluation splits;
    - rounds 1..R: probes, the LIBERO privileged critic, verification in the simulator, failure-mode programs
-     of BDDL edits, expert demos in the generated scenes, fine-tuning (`coda.sim.libero.rounds`).
+     of BDDL edits, expert demos in the generated scenes, fine-tuning (`coda.engine.libero`).
    The evaluation splits are the official protocol (`(:language ...)` of the suite's BDDL, official initial
    states, the suite's horizon, success by `check_success()`) on the base suite (`sft`), `_swap`
    (position), `_lan` (instruction) and `_task`, after rounds 0, 5, 10 and the last. The PRO suites are only
@@ -91,8 +91,8 @@ def _write(path: Path, data: Any) -> None:
 
 def stage_experts(sizes: Sizes, work: Path, workers: int, console: Console) -> dict[str, dict[str, float]]:
     """Expert success per task on its first official initial states (cached in work/experts.json)."""
+    from coda.engine.libero_data import TaskUnit, evaluate_units
     from coda.sim.libero import suites as S
-    from coda.sim.libero.data import TaskUnit, evaluate_units
     from coda.sim.libero.scenario import LiberoScenario
 
     path = work / "experts.json"

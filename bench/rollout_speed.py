@@ -51,6 +51,7 @@ def make_checkpoint(work: Path, steps: int) -> Path:
     from coda.engine.backend import RoundBackend
     from coda.policy.train import train_sft
     from coda.scene.splits import build_split
+    from coda.sim.tabletop.validity import sim_check
 
     ckpt = work / "policy.pt"
     if ckpt.exists():
@@ -59,7 +60,7 @@ def make_checkpoint(work: Path, steps: int) -> Path:
     torch.set_num_threads(1)
     dirs = []
     for fam in FAMILIES:
-        RoundBackend(cfg).collect_demos(build_split(fam, "sft", 4, seed=0).valid, work / f"demos_{fam}")
+        RoundBackend(cfg).collect_demos(build_split(fam, "sft", 4, seed=0, check=sim_check).valid, work / f"demos_{fam}")
         dirs.append(work / f"demos_{fam}")
     train_sft(dirs, cfg.policy, ckpt)
     return ckpt
@@ -68,8 +69,9 @@ def make_checkpoint(work: Path, steps: int) -> Path:
 def eval_scenes(per_family: int) -> list[ScenarioSpec]:
     """`per_family` valid evaluation scenes of each family's sft split (seed 1), families interleaved."""
     from coda.scene.splits import build_split
+    from coda.sim.tabletop.validity import sim_check
 
-    by_fam = [build_split(fam, "sft", per_family, seed=1).valid for fam in FAMILIES]
+    by_fam = [build_split(fam, "sft", per_family, seed=1, check=sim_check).valid for fam in FAMILIES]
     return [s for group in zip(*by_fam) for s in group]
 
 

@@ -42,6 +42,7 @@ from rich.table import Table  # noqa: E402
 from coda.config import build_config  # noqa: E402
 from coda.scene.spec import FAMILIES  # noqa: E402
 from coda.scene.splits import SPLITS, build_split  # noqa: E402
+from coda.sim.tabletop.validity import sim_check
 
 OUT = Path(__file__).parent / "results" / "sft.json"
 TRAIN_SEED, EVAL_SEED = 0, 1
@@ -73,7 +74,8 @@ def run_family(family: str, cfg: Any, work: Path, workers: int, console: Console
 
     times: dict[str, Any] = {}
     t0 = time.perf_counter()
-    train_scenes = build_split(family, "sft", cfg.scene.sft_scenes_per_family, TRAIN_SEED, workers=workers).valid
+    train_scenes = build_split(family, "sft", cfg.scene.sft_scenes_per_family, TRAIN_SEED, workers=workers,
+                               check=sim_check).valid
     demos = work / family / "demos"
     shutil.rmtree(demos, ignore_errors=True)
     env = make_env(cfg.sim)
@@ -96,7 +98,8 @@ def run_family(family: str, cfg: Any, work: Path, workers: int, console: Console
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
     for split in SPLITS:
-        specs = build_split(family, split, cfg.bench.eval_scenes_per_split, EVAL_SEED, workers=workers).valid
+        specs = build_split(family, split, cfg.bench.eval_scenes_per_split, EVAL_SEED, workers=workers,
+                            check=sim_check).valid
         rollouts = evaluate_checkpoint(ckpt, specs, cfg.sim, workers=workers, record_states=False)
         out[split] = success_summary([r.success for r in rollouts])
         lo, hi = out[split]["ci95"]

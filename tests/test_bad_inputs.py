@@ -38,8 +38,9 @@ def _one_line_error(args: list[str]) -> str:
 @pytest.fixture(scope="module")
 def scene() -> dict:
     from coda.scene.splits import build_split
+    from coda.sim.tabletop.validity import sim_check
 
-    return build_split("pick_place", "sft", 1, seed=0, check=None).valid[0].model_dump(mode="json")
+    return build_split("pick_place", "sft", 1, seed=0, check=sim_check).valid[0].model_dump(mode="json")
 
 
 @pytest.mark.parametrize("path,value,needle", [

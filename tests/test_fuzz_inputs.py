@@ -26,8 +26,9 @@ BASE: dict[str, dict[str, Any]] = {}
 def _base(family: str) -> dict[str, Any]:
     if family not in BASE:
         from coda.scene.splits import build_split
+        from coda.sim.tabletop.validity import sim_check
 
-        BASE[family] = build_split(family, "sft", 1, seed=0, check=None).valid[0].model_dump(mode="json")
+        BASE[family] = build_split(family, "sft", 1, seed=0, check=sim_check).valid[0].model_dump(mode="json")
     return json.loads(json.dumps(BASE[family]))
 
 

@@ -17,6 +17,7 @@ from coda.policy.checkpoint import load_policy
 from coda.policy.policy import INFERENCE_ROWS
 from coda.policy.train import train_sft
 from coda.scene.splits import build_split
+from coda.sim.tabletop.validity import sim_check
 from coda.sim.tabletop.env import TabletopEnv
 
 SETTINGS = ["policy.text_model=hashing", "policy.torch_threads=1", "policy.hidden=32", "policy.layers=1",
@@ -30,11 +31,12 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path, lis
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("batch")
     cfg = build_config("tiny", overrides=[*SETTINGS, "policy.train_critic=true"])
-    RoundBackend(cfg).collect_demos(build_split("pick_place", "sft", 2, seed=0).valid, root / "demos")
+    RoundBackend(cfg).collect_demos(build_split("pick_place", "sft", 2, seed=0, check=sim_check).valid, root / "demos")
     torch.manual_seed(0)
     train_sft([root / "demos"], cfg.policy, root / "policy.pt")
     cfg = build_config("tiny", overrides=[*SETTINGS, "sim.max_steps=40"])  # short episodes for the rollouts
-    scenes = build_split("pick_place", "position", 3, seed=1).valid + build_split("stack", "distractor", 3, seed=1).valid
+    scenes = (build_split("pick_place", "position", 3, seed=1, check=sim_check).valid
+              + build_split("stack", "distractor", 3, seed=1, check=sim_check).valid)
     return cfg, root / "policy.pt", scenes
 
 
@@ -163,7 +165,7 @@ def test_only_failed_episodes_are_rendered() -> None:
     from coda.sim.tabletop.experts import rollout_expert
 
     cfg = build_config("tiny", overrides=SETTINGS)
-    spec = build_split("pick_place", "sft", 1, seed=3).valid[0]
+    spec = build_split("pick_place", "sft", 1, seed=3, check=sim_check).valid[0]
     env = TabletopEnv(config=cfg.sim)
     try:
         demo = rollout_expert(env, spec)

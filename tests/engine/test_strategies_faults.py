@@ -149,7 +149,8 @@ def test_ued_probes_rescore_the_scenes_they_curated_last_round(tmp_path: Path) -
     """PLR's next probes are last round's replays (so their scores are refreshed), then a replayed scene's
     new outcome replaces its old score in the buffer; sources not curated (fill) are never re-probed."""
     from coda.engine.mutate import dr_scene
-    from coda.engine.strategies import STRATEGIES, rescore_probes
+    from coda.engine.round import rescore_probes
+    from coda.engine.strategies import STRATEGIES
     from coda.memory import TrainingProgram
 
     ctx = _context(tmp_path)
@@ -174,7 +175,8 @@ def test_ued_probes_rescore_the_scenes_they_curated_last_round(tmp_path: Path) -
 
 
 def test_a_planner_that_misses_the_budget_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from coda.engine.strategies import StrategyError, phase_compile
+    from coda.engine.round import phase_compile
+    from coda.engine.strategies import StrategyError
 
     ctx = _context(tmp_path)
     greedy = Strategy("greedy", False, False, lambda ev: Plan([("dr", ev.dr_body(ev.budget + 1))]))

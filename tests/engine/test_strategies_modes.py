@@ -32,9 +32,18 @@ from coda.engine.compile import RoleStage, bind_potential, child_program, correc
 from coda.engine.curriculum import rediagnosis_probes  # noqa: E402
 from coda.engine.loop import start_run  # noqa: E402
 from coda.engine.rollout import evaluate_checkpoint  # noqa: E402
-from coda.engine.round import (held_apart_scenes, phase_diagnose, phase_evaluate, phase_generate,  # noqa: E402
-                               phase_measure, phase_train_round, phase_verify)
-from coda.engine.strategies import STRATEGIES, explore_probes, phase_compile  # noqa: E402
+from coda.engine.round import (  # noqa: E402  # noqa: E402
+    explore_probes,
+    held_apart_scenes,
+    phase_compile,
+    phase_diagnose,
+    phase_evaluate,
+    phase_generate,
+    phase_measure,
+    phase_train_round,
+    phase_verify,
+)
+from coda.engine.strategies import STRATEGIES  # noqa: E402
 from coda.memory import GenerationProgram  # noqa: E402
 from coda.memory import Verdict as VerdictRecord  # noqa: E402
 from coda.policy.data import DemoDataset  # noqa: E402

@@ -16,6 +16,7 @@ from coda.engine.training import finetune, round_overrides
 from coda.policy.checkpoint import read_checkpoint
 from coda.policy.train import train_sft
 from coda.scene.splits import build_split
+from coda.sim.tabletop.validity import sim_check
 
 SETTINGS = ["policy.text_model=hashing", "policy.torch_threads=1", "policy.hidden=32", "policy.layers=1",
             "policy.heads=2", "policy.batch_size=64", "policy.lr=0.003", "policy.train_steps=700",
@@ -28,7 +29,7 @@ def solved(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, list, Path
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("round")
     cfg = build_config("tiny", overrides=SETTINGS)
-    scenes = build_split("pick_place", "sft", 4, seed=0).valid
+    scenes = build_split("pick_place", "sft", 4, seed=0, check=sim_check).valid
     backend = RoundBackend(cfg)
     backend.collect_demos(scenes, root / "demos")
     backend.collect_demos(scenes, root / "again")

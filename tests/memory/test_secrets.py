@@ -41,8 +41,9 @@ def test_memory_redacts_every_text_and_json_column_and_bounds_reasons(backend) -
         mem.create_run("r", config={"critic": {"note": f"Bearer {KEY}"}}, seed=0, strategy="coda")
         with mem.phase("r", 1, "diagnose") as tx:
             from coda.scene.splits import build_split
+            from coda.sim.tabletop.validity import sim_check
 
-            spec = build_split("pick_place", "sft", 1, seed=0).valid[0]
+            spec = build_split("pick_place", "sft", 1, seed=0, check=sim_check).valid[0]
             sc = tx.add(Scenario.from_spec(spec, split="probe"))
             ep = tx.add(Episode(scenario_id=sc.id, policy="policy", seed=0, success=False, episode_return=0.0,
                                 length=1, info={"error": f"echo {KEY}"}))

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from coda.scene import geometry as G
 from coda.scene.spec import ContainerSpec, DrawerSpec, GoalPredicate, ObjectSpec, RegionSpec, ScenarioSpec
-from coda.sim.tabletop import geometry as G
 from coda.sim.tabletop.predicates import TabletopState
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from coda.scene import geometry as G
 from coda.scene.spec import GoalPredicate, ScenarioSpec
 from coda.shaping.program import ProgramError, Stage, StageProgram
 from coda.shaping.text2potential import StagedPotential, canonical_plan, compile_plan, spearman_with_time
-from coda.sim.tabletop import geometry as G
 from coda.sim.tabletop.predicates import goal_satisfied
 
 FLOOR = G.CONTAINER_FLOOR

@@ -33,10 +33,11 @@ train_app = typer.Typer(help="Policy training.", no_args_is_help=True, add_compl
 def _scenes(family: str, split: str, n: int, seed: int, check: bool, workers: int = 1) -> list[Any]:
     """n scenes of a split; with `check`, only scenes the simulator builds and the expert solves."""
     from coda.scene.splits import build_split, make_split
+    from coda.sim.tabletop.validity import sim_check
 
     if not check:
         return make_split(family, split, n, seed)
-    result = build_split(family, split, n, seed, workers=workers)
+    result = build_split(family, split, n, seed, check=sim_check, workers=workers)
     if len(result.valid) < n:
         err_console.print(f"warning: only {len(result.valid)} of {n} scenes passed the validity check: {result.reasons()}")
     return result.valid
@@ -163,12 +164,12 @@ def eval_command(
 
 def _eval_libero(checkpoint: Path | None, suite: str, tasks: list[int] | None, n_init: int, cfg: Any,
                  json_out: Path | None, value_guided: int | None) -> None:
-    """`coda eval --backend libero`: the official protocol (coda.sim.libero.evaluate) in this process."""
+    """`coda eval --backend libero`: the official protocol (coda.engine.libero_eval) in this process."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from coda.engine.libero_eval import ExpertPolicy, TargetPolicyAdapter, evaluate_suite
     from coda.policy.stats import wilson_interval
     from coda.sim.libero.env import LiberoEnv
-    from coda.sim.libero.evaluate import ExpertPolicy, TargetPolicyAdapter, evaluate_suite
 
     if checkpoint is None:
         policy_for: Any = ExpertPolicy

@@ -45,7 +45,8 @@ def make(
     workers: Annotated[int, typer.Option("--workers", min=1, help="processes for the validity check")] = 1,
 ) -> None:
     """Generate N scenes of a family's split (deterministic in SEED) and write them as versioned JSONL."""
-    from coda.scene.splits import build_split, make_split, sim_check, write_split
+    from coda.scene.splits import build_split, make_split, write_split
+    from coda.sim.tabletop.validity import sim_check
 
     checked = ("expert" if expert else "physics") if check else "no"  # what the kept scenes passed
     meta = {"family": family, "split": split, "seed": seed, "checked": checked}

@@ -176,7 +176,7 @@ def _privileged(cfg: CriticConfig) -> Critic:
 
 
 def _libero_privileged(cfg: CriticConfig) -> Critic:
-    from coda.sim.libero.diagnose import LiberoPrivilegedCritic  # lazy: LIBERO's predicates import MuJoCo
+    from coda.critic.libero import LiberoPrivilegedCritic  # lazy: LIBERO's predicates import MuJoCo
 
     return LiberoPrivilegedCritic()
 

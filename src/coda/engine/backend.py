@@ -23,7 +23,7 @@ batches (`check_many`, which a backend may spread over worker processes) until `
 is what checking one candidate at a time would keep.
 
 `backend_for(cfg)` returns the configured one; `tabletop` is CoDA's own simulator, `libero` is LIBERO /
-LIBERO-PRO (`coda.sim.libero.rounds`).
+LIBERO-PRO (`coda.engine.libero`).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class RoundBackend:
         return ScenarioSpec.from_dict(data)
 
     def check(self, spec: Any) -> tuple[bool, str]:
-        from coda.scene.splits import sim_check
+        from coda.sim.tabletop.validity import sim_check
 
         ok, reason, _ = sim_check(spec)
         return ok, reason
@@ -90,8 +90,9 @@ class RoundBackend:
     def build_split(self, family: str, name: str, split: str, n: int, seed: int) -> tuple[list[Any], list[tuple[Any, str]]]:
         """(valid scenes, [(rejected scene, reason)]) of one split (`name` "train" is the SFT training set)."""
         from coda.scene.splits import build_split
+        from coda.sim.tabletop.validity import sim_check
 
-        res = build_split(family, split, n, seed, workers=self.cfg.runtime.workers)
+        res = build_split(family, split, n, seed, check=sim_check, workers=self.cfg.runtime.workers)
         return list(res.valid), [(r.spec, r.reason) for r in res.rejected]
 
     def explore_body(self, families: Sequence[str], count: int, n_edits: int, seed: int) -> dict[str, Any]:
@@ -99,7 +100,7 @@ class RoundBackend:
         return {"kind": "dr", "families": list(families), "n_edits": n_edits, "count": count, "seed": seed}
 
     def explore_probes(self, ctx: "RunContext", r: int, n: int) -> list[Any]:
-        """`n` valid single-edit variations of training-distribution scenes (see `strategies.explore_probes`)."""
+        """`n` valid single-edit variations of training-distribution scenes (see `coda.engine.round.explore_probes`)."""
         from coda.engine.strategies import candidate_stream
 
         stream = candidate_stream(self.explore_body(ctx.families, 0, 1, ctx.seed_for("probe", r)))
@@ -198,7 +199,7 @@ class RoundBackend:
 def round_env(sim: "SimConfig") -> Any:
     """An env of `sim.backend` acting in 5-D targets, as rollouts, demos and replays use it."""
     if sim.backend == "libero":
-        from coda.sim.libero.rounds import LiberoRoundEnv
+        from coda.engine.libero import LiberoRoundEnv
 
         return LiberoRoundEnv(sim)
     from coda.sim.tabletop.env import TabletopEnv
@@ -211,7 +212,7 @@ BACKENDS.register("tabletop", RoundBackend)
 
 
 def _libero(cfg: "CodaConfig") -> RoundBackend:
-    from coda.sim.libero.rounds import LiberoBackend
+    from coda.engine.libero import LiberoBackend
 
     return LiberoBackend(cfg)
 

@@ -328,7 +328,8 @@ def run(ctx: RunContext, *, report: bool = True) -> RunResult:
     (unless `report` is False; `coda report RUN_DIR` writes it later)."""
     from coda.engine.fork import copy_round0, read_source
     from coda.engine.report import write_report
-    from coda.engine.strategies import make_strategy, run_round
+    from coda.engine.round import run_round
+    from coda.engine.strategies import make_strategy
 
     cfg = ctx.cfg
     strategy = make_strategy(ctx)

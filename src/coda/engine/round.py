@@ -6,7 +6,7 @@ Every phase is a function of the run context and the previous phases' outputs; e
 its phase marker in one transaction (`memory.phase`), and on resume a committed phase is *read back* from
 memory instead of re-run. Strategies (coda, the baselines) differ only in the callables they pass: which probe
 scenes to roll out, whether a critic diagnoses failures, and how the generation budget is spent
-(`coda.engine.strategies`). Training and measurement are the same for every strategy, so a comparison is
+(`coda.engine.strategies`); `run_round` below runs the phases in order. Training and measurement are the same for every strategy, so a comparison is
 at equal generation budget, equal expert-demo budget and equal training steps.
 
 Episode traces are not stored: the simulator is deterministic, so a stored action sequence re-creates every
@@ -20,7 +20,7 @@ stored as an invalid Scenario with the check's reason.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import numpy as np
 from coda.engine.context import RunContext
 from coda.engine.loop import EVAL_SPLITS, phase_measure_splits, progress_bar
 from coda.engine.rollout import Rollout, evaluate_checkpoint
+from coda.engine.strategies import Evidence, Strategy, StrategyError, candidate_stream
 from coda.scene.spec import ScenarioSpec
 
 
@@ -52,6 +53,72 @@ class GeneratedScenes:
     program_keys: list[str]
     shortfall: int = 0  # scenes short of the budget after the fill source too (0 unless the simulator refuses all)
 
+
+# ---- the round -----------------------------------------------------------------------------------------
+
+def explore_probes(ctx: RunContext, r: int, n: int) -> list[ScenarioSpec]:
+    """`n` valid single-factor variations of training-distribution scenes: one random edit each, so a failure
+    has one candidate cause the critic and the counterfactual check can find. Scenes the expert cannot solve
+    are skipped: a policy failure there says nothing about the policy."""
+    return ctx.backend.explore_probes(ctx, r, n)
+
+
+def rescore_probes(ctx: RunContext, r: int, sources: Sequence[str], n: int) -> list[ScenarioSpec]:
+    """Up to `n` of the scenes round r − 1 generated from `sources` (the levels a UED strategy curated:
+    PLR's replays, ACCEL's mutations), in generation order, so the policy plays them again and their level
+    scores are refreshed (PLR) or measured for the first time (ACCEL's children) before the next draw."""
+    if r <= 1 or not sources or n <= 0:
+        return []
+    manifest = next((t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=r - 1)
+                     if t.key == f"expert_demos_r{r - 1}"), None)
+    if manifest is None:
+        return []
+    ids = [s["scenario_id"] for s in manifest["scenes"] if s["program"] in sources][:n]
+    return [ctx.backend.scenario_from_dict(ctx.memory.get("scenario", i).spec) for i in ids]
+
+
+def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
+              splits: dict[str, dict[str, list[ScenarioSpec]]], demo_dirs: Sequence[Path]
+              ) -> tuple[Path, Path, dict[str, dict[str, float]]]:
+    """One round: evaluate → diagnose → verify → compile → generate → train → measure.
+
+    Returns:
+        (new checkpoint, this round's demo directory, success per family and split).
+    """
+    from coda.engine.curriculum import rediagnosis_probes
+
+    cfg, backend = ctx.cfg, ctx.backend
+    n_probe = cfg.engine.probe_scenes
+
+    def draw_probes() -> list[ScenarioSpec]:
+        if strategy.uses_critic:
+            again = rediagnosis_probes(ctx, r, max(1, n_probe // 2))
+        else:
+            again = rescore_probes(ctx, r, strategy.rescore, n_probe // 2)
+        return [*again, *explore_probes(ctx, r, n_probe - len(again))]
+
+    probes = phase_evaluate(ctx, r, checkpoint, draw_probes)
+    verdicts: dict[int, Any] = {}
+    diagnoses: dict[int, Any] = {}
+    if strategy.uses_critic:
+        env = backend.make_env()
+        try:
+            diagnoses = phase_diagnose(ctx, r, probes, backend.make_critic(), env, cfg.engine.max_diagnoses)
+            base = [s for f in ctx.families for s in splits[f].get(backend.verify_base_split, [])]
+            verdicts = phase_verify(ctx, r, probes, diagnoses, checkpoint, env, base)
+        finally:
+            env.close()
+    sources, fill = phase_compile(ctx, r, strategy, probes, diagnoses, verdicts)
+    generated = phase_generate(ctx, r, sources, fill)
+    new_ckpt = phase_train_round(ctx, r, checkpoint, generated, probes, demo_dirs,
+                                 shaping_weight=cfg.shaping.weight if strategy.shaped else 0.0)
+    due = cfg.engine.measure_every_round or r == cfg.engine.rounds or r in cfg.engine.measure_rounds
+    measured = splits if due else {f: {} for f in splits}
+    table = phase_measure(ctx, r, checkpoint, new_ckpt, measured)
+    return new_ckpt, ctx.run_dir / "demos" / f"round_{r:03d}", table
+
+
+# ---- the phases ----------------------------------------------------------------------------------------
 
 def replay_states(env: Any, spec: ScenarioSpec, actions: np.ndarray) -> list[Any]:
     """Re-create an episode's state trace by replaying its actions (the physics is deterministic)."""
@@ -224,6 +291,67 @@ def phase_verify(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagno
             for v in mem.list("verdict", run_id=ctx.run_id, round_idx=r)}
 
 
+# ---- compile ------------------------------------------------------------------------------------------
+
+FILL_KEY = "fill"
+
+
+def phase_compile(ctx: RunContext, r: int, strategy: Strategy, probes: Sequence[ProbeEpisode],
+                  diagnoses: dict[int, Any], verdicts: dict[int, Any]
+                  ) -> tuple[list[tuple[str, Iterator[ScenarioSpec], int]], tuple[str, Iterator[ScenarioSpec]]]:
+    """Turn this round's evidence into generation sources (key, stream, count) and the fill stream.
+
+    Stored (and read back on resume): a GenerationProgram per source (with its failure mode and parent), the
+    `fill` program, failure modes first seen this round, a TrainingProgram per failure mode plus the round's
+    `corrective_r<R>` program (probe episodes the expert relabels), and a Potential per mode whose staged
+    potential was compiled this round.
+
+    Raises:
+        StrategyError: the planner's counts do not sum to the budget, or a source has no count.
+    """
+    from coda.memory import FailureMode, GenerationProgram, Potential, TrainingProgram
+
+    mem = ctx.memory
+    budget = ctx.cfg.engine.generation_budget
+    if ctx.pending(r, "compile"):
+        assert strategy.plan is not None
+        ev = Evidence(ctx, r, probes, diagnoses, verdicts, budget, ctx.seed_for("generate", r))
+        plan = ctx.backend.planner(strategy.name, strategy.plan)(ev)
+        keys = [k for k, _ in plan.sources]
+        if len(set(keys)) != len(keys) or FILL_KEY in keys:
+            raise StrategyError(f"strategy '{strategy.name}' planned source keys {keys}; they must be distinct "
+                                f"and not '{FILL_KEY}'")
+        counts = [b.get("count") for _, b in plan.sources]
+        if any(not isinstance(c, int) or c < 0 for c in counts) or sum(counts) != budget:  # type: ignore[arg-type]
+            raise StrategyError(f"strategy '{strategy.name}' planned source counts {counts}; they must be "
+                                f"non-negative integers summing to the generation budget ({budget})")
+        known = {m.key: m.id for m in mem.list("failure_mode", run_id=ctx.run_id)}
+        prog_ids = {p.key: p.id for p in mem.list("generation_program", run_id=ctx.run_id)}
+        fill = ev.dr_body(0, tag="fill")
+        with ctx.commit(r, "compile") as tx:
+            for key, info in sorted(plan.modes.items()):
+                if key in known:  # seen again: its last round moves on
+                    tx.list(FailureMode, run_id=ctx.run_id, key=key)[0].last_round = r
+                else:
+                    known[key] = tx.add(FailureMode(key=key, description=info["description"] or key,
+                                                    embedding=info["embedding"], last_round=r)).id
+            for key, body in [*plan.sources, (FILL_KEY, fill)]:
+                mode = body.get("mode")
+                parent = (body.get("mode_program") or {}).get("parent")
+                tx.add(GenerationProgram(key=key, body=body, failure_mode_id=known.get(mode) if mode else None,
+                                         parent_id=prog_ids.get(parent) if parent else None))
+            for key, body in plan.training:
+                tx.add(TrainingProgram(key=key, body=body, failure_mode_id=known[body["mode"]]))
+            tx.add(TrainingProgram(key=f"corrective_r{r}", body={"kind": "corrective", "episodes": plan.corrective}))
+            for p in plan.potentials:
+                tx.add(Potential(failure_mode_id=known[p["mode"]], stage_program=p["stage_program"],
+                                 accepted=p["accepted"], reason=p["reason"]))
+    progs = mem.list("generation_program", run_id=ctx.run_id, round_idx=r)
+    sources = [(p.key, candidate_stream(p.body), int(p.body["count"])) for p in progs if p.key != FILL_KEY]
+    fill_rec = next(p for p in progs if p.key == FILL_KEY)
+    return sources, (FILL_KEY, candidate_stream(fill_rec.body))
+
+
 # ---- generate -----------------------------------------------------------------------------------------
 
 def phase_generate(ctx: RunContext, r: int, sources: Sequence[tuple[str, Any, int]],
@@ -308,9 +436,9 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     the round's probe rollouts are replayed into the data as unlabelled episodes: the critic learns from the
     policy's own successes and failures, behaviour cloning never imitates them, and no label is spent.
     """
+    from coda.engine.backend import EpisodeJob
     from coda.memory import Checkpoint, TrainingProgram
     from coda.memory.artifacts import sha256_file
-    from coda.engine.backend import EpisodeJob
     from coda.policy.data import DemoWriter
 
     mem, backend = ctx.memory, ctx.backend
@@ -447,5 +575,6 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
     return phase_measure_splits(ctx, r, checkpoint, splits, extra_records=progress_records)
 
 
-__all__ = ["EVAL_SPLITS", "GeneratedScenes", "ProbeEpisode", "diagnose_safely", "held_apart_scenes", "phase_diagnose",
-           "phase_evaluate", "phase_generate", "phase_measure", "phase_train_round", "phase_verify", "replay_states"]
+__all__ = ["EVAL_SPLITS", "FILL_KEY", "GeneratedScenes", "ProbeEpisode", "diagnose_safely", "explore_probes",
+           "held_apart_scenes", "phase_compile", "phase_diagnose", "phase_evaluate", "phase_generate", "phase_measure",
+           "phase_train_round", "phase_verify", "replay_states", "rescore_probes", "run_round"]

@@ -18,7 +18,8 @@ trained on the round's demos and its own probe rollouts; `coda`'s critic learns 
 others' from the sparse task reward) or with value-guided selection (`engine.value_guided_samples`). At the
 headline's sizes both cost success against BC (README, headline section), so neither is the default.
 
-A strategy is data plus one callable, its *planner*: `(Evidence) -> Plan`, from the round's probe episodes,
+The round that runs them reads top to bottom in `coda.engine.round.run_round`. A strategy is data plus
+one callable, its *planner*: `(Evidence) -> Plan`, from the round's probe episodes,
 diagnoses and verdicts to generation sources whose counts sum to the budget (and, for CoDA, per-mode training
 programs and potentials). Register new ones in `STRATEGIES`; the round loop does not change.
 
@@ -40,24 +41,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from coda.engine.context import RunContext
-from coda.engine.round import (
-    ProbeEpisode,
-    phase_diagnose,
-    phase_evaluate,
-    phase_generate,
-    phase_measure,
-    phase_train_round,
-    phase_verify,
-)
 from coda.errors import CodaError
 from coda.registry import Registry
 from coda.scene.spec import ScenarioSpec
+
+if TYPE_CHECKING:
+    from coda.engine.round import ProbeEpisode
 
 
 class StrategyError(CodaError):
@@ -186,7 +180,7 @@ def _program_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
 
 
 def _libero_stream(body: dict[str, Any]) -> Iterator[Any]:
-    from coda.sim.libero.rounds import libero_stream  # lazy: LIBERO is an optional backend
+    from coda.engine.libero import libero_stream  # lazy: LIBERO is an optional backend
 
     return libero_stream(body)
 
@@ -194,131 +188,6 @@ def _libero_stream(body: dict[str, Any]) -> Iterator[Any]:
 for _kind, _factory in (("dr", _dr_stream), ("mutate", _mutate_stream), ("scenes", _scenes_stream),
                         ("program", _program_stream), ("libero", _libero_stream)):
     STREAMS.register(_kind, _factory)
-
-
-def explore_probes(ctx: RunContext, r: int, n: int) -> list[ScenarioSpec]:
-    """`n` valid single-factor variations of training-distribution scenes: one random edit each, so a failure
-    has one candidate cause the critic and the counterfactual check can find. Scenes the expert cannot solve
-    are skipped: a policy failure there says nothing about the policy."""
-    return ctx.backend.explore_probes(ctx, r, n)
-
-
-def rescore_probes(ctx: RunContext, r: int, sources: Sequence[str], n: int) -> list[ScenarioSpec]:
-    """Up to `n` of the scenes round r − 1 generated from `sources` (the levels a UED strategy curated:
-    PLR's replays, ACCEL's mutations), in generation order, so the policy plays them again and their level
-    scores are refreshed (PLR) or measured for the first time (ACCEL's children) before the next draw."""
-    if r <= 1 or not sources or n <= 0:
-        return []
-    manifest = next((t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=r - 1)
-                     if t.key == f"expert_demos_r{r - 1}"), None)
-    if manifest is None:
-        return []
-    ids = [s["scenario_id"] for s in manifest["scenes"] if s["program"] in sources][:n]
-    return [ctx.backend.scenario_from_dict(ctx.memory.get("scenario", i).spec) for i in ids]
-
-
-# ---- the round -----------------------------------------------------------------------------------------
-
-def run_round(ctx: RunContext, r: int, strategy: Strategy, checkpoint: Path,
-              splits: dict[str, dict[str, list[ScenarioSpec]]], demo_dirs: Sequence[Path]
-              ) -> tuple[Path, Path, dict[str, dict[str, float]]]:
-    """One round: evaluate → diagnose → verify → compile → generate → train → measure.
-
-    Returns:
-        (new checkpoint, this round's demo directory, success per family and split).
-    """
-    from coda.engine.curriculum import rediagnosis_probes
-
-    cfg, backend = ctx.cfg, ctx.backend
-    n_probe = cfg.engine.probe_scenes
-
-    def draw_probes() -> list[ScenarioSpec]:
-        if strategy.uses_critic:
-            again = rediagnosis_probes(ctx, r, max(1, n_probe // 2))
-        else:
-            again = rescore_probes(ctx, r, strategy.rescore, n_probe // 2)
-        return [*again, *explore_probes(ctx, r, n_probe - len(again))]
-
-    probes = phase_evaluate(ctx, r, checkpoint, draw_probes)
-    verdicts: dict[int, Any] = {}
-    diagnoses: dict[int, Any] = {}
-    if strategy.uses_critic:
-        env = backend.make_env()
-        try:
-            diagnoses = phase_diagnose(ctx, r, probes, backend.make_critic(), env, cfg.engine.max_diagnoses)
-            base = [s for f in ctx.families for s in splits[f].get(backend.verify_base_split, [])]
-            verdicts = phase_verify(ctx, r, probes, diagnoses, checkpoint, env, base)
-        finally:
-            env.close()
-    sources, fill = phase_compile(ctx, r, strategy, probes, diagnoses, verdicts)
-    generated = phase_generate(ctx, r, sources, fill)
-    new_ckpt = phase_train_round(ctx, r, checkpoint, generated, probes, demo_dirs,
-                                 shaping_weight=cfg.shaping.weight if strategy.shaped else 0.0)
-    due = cfg.engine.measure_every_round or r == cfg.engine.rounds or r in cfg.engine.measure_rounds
-    measured = splits if due else {f: {} for f in splits}
-    table = phase_measure(ctx, r, checkpoint, new_ckpt, measured)
-    return new_ckpt, ctx.run_dir / "demos" / f"round_{r:03d}", table
-
-
-# ---- compile ------------------------------------------------------------------------------------------
-
-FILL_KEY = "fill"
-
-
-def phase_compile(ctx: RunContext, r: int, strategy: Strategy, probes: Sequence[ProbeEpisode],
-                  diagnoses: dict[int, Any], verdicts: dict[int, Any]
-                  ) -> tuple[list[tuple[str, Iterator[ScenarioSpec], int]], tuple[str, Iterator[ScenarioSpec]]]:
-    """Turn this round's evidence into generation sources (key, stream, count) and the fill stream.
-
-    Stored (and read back on resume): a GenerationProgram per source (with its failure mode and parent), the
-    `fill` program, failure modes first seen this round, a TrainingProgram per failure mode plus the round's
-    `corrective_r<R>` program (probe episodes the expert relabels), and a Potential per mode whose staged
-    potential was compiled this round.
-
-    Raises:
-        StrategyError: the planner's counts do not sum to the budget, or a source has no count.
-    """
-    from coda.memory import FailureMode, GenerationProgram, Potential, TrainingProgram
-
-    mem = ctx.memory
-    budget = ctx.cfg.engine.generation_budget
-    if ctx.pending(r, "compile"):
-        assert strategy.plan is not None
-        ev = Evidence(ctx, r, probes, diagnoses, verdicts, budget, ctx.seed_for("generate", r))
-        plan = ctx.backend.planner(strategy.name, strategy.plan)(ev)
-        keys = [k for k, _ in plan.sources]
-        if len(set(keys)) != len(keys) or FILL_KEY in keys:
-            raise StrategyError(f"strategy '{strategy.name}' planned source keys {keys}; they must be distinct "
-                                f"and not '{FILL_KEY}'")
-        counts = [b.get("count") for _, b in plan.sources]
-        if any(not isinstance(c, int) or c < 0 for c in counts) or sum(counts) != budget:  # type: ignore[arg-type]
-            raise StrategyError(f"strategy '{strategy.name}' planned source counts {counts}; they must be "
-                                f"non-negative integers summing to the generation budget ({budget})")
-        known = {m.key: m.id for m in mem.list("failure_mode", run_id=ctx.run_id)}
-        prog_ids = {p.key: p.id for p in mem.list("generation_program", run_id=ctx.run_id)}
-        fill = ev.dr_body(0, tag="fill")
-        with ctx.commit(r, "compile") as tx:
-            for key, info in sorted(plan.modes.items()):
-                if key in known:  # seen again: its last round moves on
-                    tx.list(FailureMode, run_id=ctx.run_id, key=key)[0].last_round = r
-                else:
-                    known[key] = tx.add(FailureMode(key=key, description=info["description"] or key,
-                                                    embedding=info["embedding"], last_round=r)).id
-            for key, body in [*plan.sources, (FILL_KEY, fill)]:
-                mode = body.get("mode")
-                parent = (body.get("mode_program") or {}).get("parent")
-                tx.add(GenerationProgram(key=key, body=body, failure_mode_id=known.get(mode) if mode else None,
-                                         parent_id=prog_ids.get(parent) if parent else None))
-            for key, body in plan.training:
-                tx.add(TrainingProgram(key=key, body=body, failure_mode_id=known[body["mode"]]))
-            tx.add(TrainingProgram(key=f"corrective_r{r}", body={"kind": "corrective", "episodes": plan.corrective}))
-            for p in plan.potentials:
-                tx.add(Potential(failure_mode_id=known[p["mode"]], stage_program=p["stage_program"],
-                                 accepted=p["accepted"], reason=p["reason"]))
-    progs = mem.list("generation_program", run_id=ctx.run_id, round_idx=r)
-    sources = [(p.key, candidate_stream(p.body), int(p.body["count"])) for p in progs if p.key != FILL_KEY]
-    fill_rec = next(p for p in progs if p.key == FILL_KEY)
-    return sources, (FILL_KEY, candidate_stream(fill_rec.body))
 
 
 # ---- planners of the baselines -------------------------------------------------------------------------
@@ -440,6 +309,4 @@ for _s in (Strategy("coda", True, True, _plan_modes), Strategy("coda-sparse", Tr
     STRATEGIES.register(_s.name, _s)
 
 
-__all__ = ["Evidence", "FILL_KEY", "Plan", "Planner", "STRATEGIES", "STREAMS", "Strategy", "StrategyError",
-           "candidate_stream", "corrective_budget", "explore_probes", "level_buffer", "level_score", "make_strategy",
-           "phase_compile", "plr_draw", "rescore_probes", "run_round"]
+__all__ = ["Evidence", "Plan", "Planner", "STRATEGIES", "STREAMS", "Strategy", "StrategyError", "candidate_stream", "corrective_budget", "level_buffer", "level_score", "make_strategy", "plr_draw"]

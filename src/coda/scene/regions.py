@@ -5,8 +5,8 @@ x away from the robot, y to the left). The 3 x 3 grid (`near_right` ... `far_lef
 `table` is all of it; the `spot_*` regions are 6 cm squares at the grid centres, and the `band_*` regions
 are thin strips — narrow layouts for training splits that a policy can memorise.
 
-Footprints are oriented rectangles (centre, half extents, yaw) taken from the simulator's geometry
-(`coda.sim.tabletop.geometry`, one source for every dimension); two footprints conflict when they come
+Footprints are oriented rectangles (centre, half extents, yaw) taken from the scene geometry
+(`coda.scene.geometry`, one source for every dimension); two footprints conflict when they come
 closer than a clearance. Every entity must also keep its whole footprint `TABLE_MARGIN` inside the
 workspace.
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from coda.errors import CodaError
+from coda.scene import geometry as G
 from coda.scene.spec import WORKSPACE, ContainerSpec, DrawerSpec, ObjectSpec, RegionSpec
-from coda.sim.tabletop import geometry as G
 
 TABLE_MARGIN = 0.02  # every footprint stays this far inside the workspace edge, metres
 FLAT_CLEARANCE = 0.01  # gap kept to drawn (flat) regions, metres

@@ -257,32 +257,24 @@ class SplitResult:
 Check = Callable[[ScenarioSpec], tuple[bool, str, dict[str, Any]]]
 
 
-def sim_check(spec: ScenarioSpec, expert: bool = True) -> tuple[bool, str, dict[str, Any]]:
-    """The tabletop simulator's validity check as (valid, reason, details)."""
-    from coda.sim.tabletop.validity import check_validity
-
-    r = check_validity(spec, expert=expert)
-    return bool(r.valid), r.reason or "", dict(r.details or {})
-
-
 def build_split(
     family: str,
     split: str,
     n: int,
     seed: int,
     *,
-    check: Check | None = None,
+    check: Check,
     max_candidates: int | None = None,
     workers: int = 1,
 ) -> SplitResult:
-    """The first `n` scenes of a split's candidate stream that pass `check` (default: the simulator's).
+    """The first `n` scenes of a split's candidate stream that pass `check` (the simulator's, for real splits).
 
     The result does not depend on `workers`: candidates are judged in order and the stream stops at the
     n-th valid one.
 
     Args:
         family, split, n, seed: as in make_split.
-        check: spec -> (valid, reason, details); None = `sim_check` (physics + expert).
+        check: spec -> (valid, reason, details), e.g. `coda.sim.tabletop.validity.sim_check` (physics + expert).
         max_candidates: stop after this many candidates (default 3 n + 20).
         workers: processes that run the check (the check must be picklable when workers > 1).
 
@@ -290,7 +282,6 @@ def build_split(
         SplitResult(valid, rejected); len(valid) < n if the candidate budget ran out.
     """
     _check_names(family, split)
-    check = check or sim_check
     budget = max_candidates if max_candidates is not None else 3 * n + 20
     program = split_program(family, split, n, seed)
     stream = (_tag(s, split) for s in iter_program(program))

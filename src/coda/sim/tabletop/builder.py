@@ -25,7 +25,7 @@ import mujoco  # noqa: E402
 from coda.errors import CodaError  # noqa: E402
 from coda.scene.spec import PALETTE, ContainerSpec, DrawerSpec, ObjectSpec, ScenarioSpec  # noqa: E402
 from coda.sim.config import SimConfig  # noqa: E402
-from coda.sim.tabletop import geometry as G  # noqa: E402
+from coda.scene import geometry as G  # noqa: E402
 
 KINDS = ("object", "container", "drawer", "region")
 # One-hot type vocabulary of an entity (objects by shape, containers by kind).

@@ -40,7 +40,7 @@ import mujoco  # noqa: E402
 from coda.errors import CodaError  # noqa: E402
 from coda.scene.spec import ScenarioSpec  # noqa: E402
 from coda.sim.config import SimConfig  # noqa: E402
-from coda.sim.tabletop import geometry as G  # noqa: E402
+from coda.scene import geometry as G  # noqa: E402
 from coda.sim.tabletop.builder import BuiltScene, build_scene, finger_target  # noqa: E402
 from coda.sim.tabletop.observation import ObservationBuilder, observation_space  # noqa: E402
 from coda.sim.tabletop.predicates import TabletopState, goal_satisfied, released  # noqa: E402

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from coda.errors import CodaError
+from coda.scene import geometry as G
 from coda.scene.spec import GoalPredicate, ScenarioSpec
-from coda.sim.tabletop import geometry as G
 from coda.sim.tabletop import predicates as P
 from coda.sim.tabletop.predicates import TabletopState
 

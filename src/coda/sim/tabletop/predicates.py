@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coda.errors import CodaError
+from coda.scene import geometry as G
 from coda.scene.spec import GoalPredicate, ScenarioSpec
-from coda.sim.tabletop import geometry as G
 
 ON_TOL = 0.012  # |bottom of top - top of base| allowed for `on`, m
 RIM_SLACK = 0.005  # an object counts as inside a container while its bottom is below rim + this, m

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from coda.errors import CodaError
+from coda.scene import geometry as G
 from coda.scene.language import describe
 from coda.scene.spec import (
     FAMILIES,
@@ -23,7 +24,6 @@ from coda.scene.spec import (
     RegionSpec,
     ScenarioSpec,
 )
-from coda.sim.tabletop import geometry as G
 
 GAP = 0.045  # free space kept between footprints (the open fingers need room), m
 REACH = 0.22  # objects are placed within |x|, |y| <= REACH, m

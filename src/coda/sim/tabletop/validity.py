@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from coda.scene import geometry as G
 from coda.scene.spec import WORKSPACE, ContainerSpec, RegionSpec, ScenarioSpec
 from coda.sim.config import SimConfig
-from coda.sim.tabletop import geometry as G
 
 REASONS = (
     "compile_error", "unobservable", "out_of_workspace", "off_table", "impossible_goal", "interpenetration",
@@ -275,3 +275,9 @@ def _check(spec: ScenarioSpec, expert: bool, settle_s: float, tol: float, cfg: S
         return ValidityResult(True, None, {})
     finally:
         env.close()
+
+
+def sim_check(spec: ScenarioSpec, expert: bool = True) -> tuple[bool, str, dict[str, Any]]:
+    """`check_validity` as (valid, reason, details): the check `coda.scene.splits.build_split` takes."""
+    r = check_validity(spec, expert=expert)
+    return bool(r.valid), r.reason or "", dict(r.details or {})

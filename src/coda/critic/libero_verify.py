@@ -37,13 +37,7 @@ import numpy as np
 from coda.critic.base import EpisodeRecord
 from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import CriticResult, Diagnosis, SceneFactor
-from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST
-from coda.critic.trace import MOVED
-from coda.critic.verify import CHECKS, CheckResult, FactorTrial, Verdict, VerifyError
-from coda.errors import CodaError
-from coda.shaping.config import ShapingConfig
-from coda.shaping.text2potential import spearman_with_time
-from coda.sim.libero.diagnose import (
+from coda.critic.libero import (
     LiberoTraceFacts,
     libero_potential,
     libero_trace_facts,
@@ -51,6 +45,12 @@ from coda.sim.libero.diagnose import (
     transplant_factor,
     undo_factor,
 )
+from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST
+from coda.critic.trace import MOVED
+from coda.critic.verify import CHECKS, CheckResult, FactorTrial, Verdict, VerifyError
+from coda.errors import CodaError
+from coda.shaping.config import ShapingConfig
+from coda.shaping.text2potential import spearman_with_time
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.scenario import LiberoScenario
 

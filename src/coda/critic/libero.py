@@ -4,7 +4,7 @@
 (`scenario_factors`): an object's initial region (reassigned, moved or widened: `position`), the goal
 (`task`), or the instruction alone (`instruction`). `undo_factor` puts one factor back as the official task
 has it, `transplant_factor` copies it into another scenario of the same task: the verifier's single-factor
-counterfactuals (`coda.sim.libero.verify`).
+counterfactuals (`coda.critic.libero_verify`).
 
 **Trace facts** (`libero_trace_facts`) come from `LiberoPredicates` with the goal pair (so `in` / `on`
 between the goal's object and target is LIBERO's own `check_success()`): grasps, lifts, releases of the
@@ -44,13 +44,14 @@ from coda.critic.base import EpisodeRecord
 from coda.critic.diagnosis import CriticResult, Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.privileged import DETOUR_PATH, MIN_GRASP_STEPS, release_or_tip
 from coda.critic.trace import CLOSE_MARGIN, TILT_COS
-from coda.shaping.program import StageProgram
+from coda.shaping.program import Stage, StageProgram
 from coda.shaping.text2potential import PROGRESS_CAP, StagedPotential
 from coda.sim.libero import suites as S
 from coda.sim.libero.bddl_edit import region_ranges
 from coda.sim.libero.errors import LiberoError
+from coda.sim.libero.experts import pick_place_task
 from coda.sim.libero.operators import init_regions
-from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds, libero_stage_program
+from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds
 from coda.sim.libero.scenario import LiberoScenario
 from coda.sim.libero.state import LiberoState, category_words
 
@@ -286,6 +287,22 @@ def _with_factor_of(text: str, src: str, official: str, factor: SceneFactor, *, 
 def bddl_regions(text: str) -> dict[str, dict[str, str]]:
     """The BDDL regions as LIBERO's parser keys them: `basket_1_contain_region` -> {"target": "basket_1"}."""
     return {f"{target}_{name}": {"target": target} for name, target in _REGION.findall(text)}
+
+
+def libero_stage_program(goal: Sequence[Sequence[str]], regions: dict[str, dict], names: Sequence[str],
+                         lift: float = 0.05) -> StageProgram:
+    """The canonical stage program of a one-predicate `in` / `on` goal: reach, grasp, lift (`lift` m above
+    the table top), carry over the target, place in / on it.
+
+    Raises:
+        LiberoError: the goal is not one `in` / `on` predicate between entities of the scene.
+    """
+    task = pick_place_task([list(g) for g in goal], regions, tuple(names))
+    o, t = task.obj, task.target
+    return StageProgram(stages=(Stage(kind="reach", args=(o,)), Stage(kind="grasp", args=(o,)),
+                                Stage(kind="lift", args=(o,), value=lift), Stage(kind="carry", args=(o, t)),
+                                Stage(kind="place", args=(o, t))),
+                        source=f"{task.relation}({o}, {t})")
 
 
 def libero_potential(first: LiberoState, scenario: LiberoScenario) -> StagedPotential:
@@ -584,6 +601,7 @@ class LiberoPrivilegedCritic:
 
 
 __all__ = [
+    "libero_stage_program",
     "RELEVANT",
     "LiberoDiagnosisError",
     "LiberoPrivilegedCritic",

@@ -92,15 +92,15 @@ def _init_eval(checkpoint: str | None) -> None:
 
     _WORKER["env"] = LiberoEnv()
     if checkpoint is None:  # the scripted expert
-        from coda.sim.libero.evaluate import ExpertPolicy
+        from coda.engine.libero_eval import ExpertPolicy
 
         _WORKER["policy"] = ExpertPolicy(_WORKER["env"])
         return
     import torch
 
     torch.set_num_threads(1)  # two processes on two cores
+    from coda.engine.libero_eval import TargetPolicyAdapter
     from coda.policy.checkpoint import load_policy
-    from coda.sim.libero.evaluate import TargetPolicyAdapter
 
     policy = load_policy(checkpoint)
     policy.eval()
@@ -110,7 +110,7 @@ def _init_eval(checkpoint: str | None) -> None:
 def _eval_unit(job: tuple[TaskUnit, int | None]) -> list[tuple[bool, int]]:
     import torch
 
-    from coda.sim.libero.evaluate import run_episode
+    from coda.engine.libero_eval import run_episode
 
     unit, max_steps = job
     with torch.no_grad():

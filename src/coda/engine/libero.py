@@ -12,8 +12,8 @@ A run with `sim.backend = "libero"` and `scene.families = [base suites]` (e.g. `
   (`coda.sim.libero.operators`) of base-suite tasks, either random single edits (exploration, the fill
   source) or a failure mode's own edits on its tasks. Validity is `coda.sim.libero.validity`: it loads,
   settles, and the scripted expert solves it.
-- **critic and verifier** — `coda.sim.libero.diagnose.LiberoPrivilegedCritic` (unless another critic is
-  configured) and `coda.sim.libero.verify.LiberoVerifier`: counterfactuals undo a blamed BDDL edit in the
+- **critic and verifier** — `coda.critic.libero.LiberoPrivilegedCritic` (unless another critic is
+  configured) and `coda.critic.libero_verify.LiberoVerifier`: counterfactuals undo a blamed BDDL edit in the
   failed scene, and transplant it into solved base scenes.
 - **CoDA's planner** (`plan_libero_modes`) — verified diagnoses group into failure modes keyed by the
   failure mode and the verified factors' roles (`missed_grasp|position:target`; the target and another
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from coda.critic.libero import libero_potential
 from coda.engine.backend import RoundBackend
-from coda.sim.libero.diagnose import libero_potential
 from coda.sim.libero.scenario import LiberoScenario, base_suite
 from coda.sim.libero.targets import TargetActionEnv, TargetExpert
 
@@ -235,7 +235,7 @@ class LiberoBackend(RoundBackend):
     def _workers(self) -> Any:
         """The backend's worker processes (`runtime.workers`, each with its own env), started once."""
         if self._pool is None:
-            from coda.sim.libero.data import _pool
+            from coda.engine.libero_data import _pool
 
             self._pool = _pool(self.check_batch, _init_worker, (self.cfg.model_dump(mode="json"),))
         return self._pool
@@ -258,7 +258,7 @@ class LiberoBackend(RoundBackend):
                     base_scenes: Sequence[Any]) -> list[Any]:
         """The verdicts of a round's diagnoses, in order, across `runtime.workers` processes: each one runs
         counterfactual scenes with the policy and the expert, tens of seconds per diagnosis. The verifier's
-        placements are seeded per episode (`coda.sim.libero.verify`), so the verdicts do not depend on which
+        placements are seeded per episode (`coda.critic.libero_verify`), so the verdicts do not depend on which
         process checks which diagnosis."""
         if self.check_batch <= 1 or len(jobs) <= 1:
             return super().verify_many(env, checkpoint, seed, jobs, base_scenes)
@@ -330,7 +330,7 @@ class LiberoBackend(RoundBackend):
         if workers == 1:
             reports = [_demo_part(jobs[0])]
         else:
-            from coda.sim.libero.data import _pool
+            from coda.engine.libero_data import _pool
 
             with _pool(workers) as pool:
                 reports = list(pool.map(_demo_part, jobs))
@@ -351,7 +351,7 @@ class LiberoBackend(RoundBackend):
 
     def phis(self, env: Any, spec: Any, states: Sequence[Any], program: dict[str, Any] | None = None,
              accepted: set[str] = frozenset()) -> list[float]:
-        """Φ of the canonical stage program of the scene's goal (`coda.sim.libero.diagnose.libero_potential`)."""
+        """Φ of the canonical stage program of the scene's goal (`coda.critic.libero.libero_potential`)."""
         return [float(x) for x in libero_potential(states[0], spec).phis(states)]
 
     def make_critic(self) -> Any:
@@ -361,7 +361,7 @@ class LiberoBackend(RoundBackend):
         return make_critic(self.cfg.critic, name)
 
     def make_verifier(self, env: Any, seed: int) -> Any:
-        from coda.sim.libero.verify import LiberoVerifier
+        from coda.critic.libero_verify import LiberoVerifier
 
         return LiberoVerifier(self.cfg.critic, shaping=self.cfg.shaping, seed=seed, env_factory=lambda: env.env)
 
