@@ -54,6 +54,21 @@ def test_level_zero_scenes_carry_the_factor() -> None:
     assert [s.spec_id for s in run_program(other.program)] != [s.spec_id for s in scenes]
 
 
+def test_entities_of_several_position_factors_are_placed_together() -> None:
+    # push trains its goal region where a `far` target must go and its target where a `center` goal must go:
+    # one after the other, neither placement fits
+    key = "no_progress|position:far+position@goal:center"
+    for level in (0, 1):
+        mp = compile_generation_program(key, (), "push", seed=1, budget=8, level=level)
+        (op,) = [o for o in mp.program.model_dump(mode="json")["ops"] if o["op"].startswith("place")]
+        assert op["op"] == "place_together" and [p["object"] for p in op["args"]["places"]] == ["target", "goal"]
+    mp = compile_generation_program(key, (), "push", seed=1, budget=8, level=0)
+    scenes = run_program(mp.program)
+    assert len(scenes) == 8
+    for s in scenes:
+        assert REGIONS["far"].contains(*_target(s).pos) and REGIONS["center"].contains(*s.entity(s.goal[0].args[1]).center)
+
+
 def test_wider_levels_vary_more() -> None:
     cells, extras = [], []
     for level in range(3):

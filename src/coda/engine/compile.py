@@ -17,6 +17,9 @@ base parameters) and whose operators apply the mode's factors, turned into opera
 | ``instruction``            | full-synonym train-tier paraphrase  | + another task in the same layout, more often       |
 | ``task``                   | another goal in the same layout     | + a train-tier paraphrase of it, more often         |
 
+The entities of several position factors are placed together (one `place_together` call), so that
+they can trade areas.
+
 From level 2 on, a share of the scenes (1/2 at level 2, 2/3 at level 3, ...) also gets one factor of
 another axis (the gripper's start, a random distractor, friction, a paraphrase): combined factors.
 Instruction edits go last, since operators refuse to reword an already paraphrased instruction; a task
@@ -320,6 +323,7 @@ def compile_generation_program(
             wording.extend(widened[1:])
         else:
             (wording if t == "instruction" else ops).extend(widened)
+    ops = _together(ops)
     ops += task + _extras(tokens, family, level) + wording  # instruction edits last (see the module docstring)
     name = program_name(key, family, level, seed)
     try:
@@ -334,6 +338,17 @@ def compile_generation_program(
     except ProgramError as e:
         raise CompileError(f"mode = {key!r}, level {level}: {family} scenes cannot carry it: {e}") from None
     return ModeProgram(key=name, mode=key, family=family, level=level, parent=parent, program=program, reason=reason)
+
+
+def _together(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two or more `place_in_region` calls become one `place_together` (at the first one's place): placed one
+    after another, an entity can block where another must go (push trains its goal region where a `far`
+    target goes, and its target where a `center` goal goes), placed together they can trade areas."""
+    places = [i for i, op in enumerate(ops) if op["op"] == "place_in_region"]
+    if len(places) < 2:
+        return ops
+    joint = {"op": "place_together", "args": {"places": [dict(ops[i]["args"]) for i in places]}}
+    return [joint if i == places[0] else op for i, op in enumerate(ops) if i == places[0] or i not in places]
 
 
 def _child_seed(parent: ModeProgram) -> int:

@@ -252,6 +252,49 @@ def place_in_region(rng: np.random.Generator, spec: ScenarioSpec, *, object: Ref
     return _record(out, f"place_in_region:{name}->{reg}", [f"position:{name}"])
 
 
+class Placement(_Args):
+    object: Ref = "target"  # the entity to move (object, container, region or drawer)
+    region: str | list[str]  # a region name, or a list to draw one from
+
+    _known = field_validator("region")(PlaceArgs._known.__func__)  # type: ignore[attr-defined]
+
+
+class PlaceTogetherArgs(_Args):
+    places: list[Placement] = Field(min_length=2)  # the entities to move, each to its region
+    clearance: float = Field(0.03, ge=0, le=0.1)  # gap to other footprints, metres
+    tries: int = Field(500, ge=1)  # draws of all the positions at once before PlacementError
+
+
+@operator("place_together", PlaceTogetherArgs)
+def place_together(rng: np.random.Generator, spec: ScenarioSpec, *, places: list[Placement], clearance: float,
+                   tries: int) -> ScenarioSpec:
+    """Move several entities at once, each to a random free position inside its region: where the moved
+    entities stood does not count, so two of them can trade areas (one `place_in_region` after another
+    cannot move a target onto the goal region's spot while the goal still lies there)."""
+    names = [resolve(rng, spec, p.object) for p in places]
+    if len(set(names)) < len(names):
+        raise OperatorError(f"place_together moves each entity once, got {names}")
+    regions = [p.region if isinstance(p.region, str) else _choose(rng, list(p.region)) for p in places]
+    static = [footprint(e) for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)
+              if e.name not in names]
+    at_origin = [footprint(spec.entity(n), (0.0, 0.0)) for n in names]
+    for _ in range(tries):
+        cand, placed = spec, []
+        for name, reg, fp0 in zip(names, regions, at_origin):
+            rect = _near_target(cand) if reg == "near_target" else REGIONS[reg]
+            x, y = rect.sample(rng)
+            fp = fp0.moved(fp0.cx + x, fp0.cy + y)
+            if not inside_table(fp) or any(fp.conflicts(o, clearance) for o in (*static, *placed)):
+                break
+            placed.append(fp)
+            cand = _set_pos(cand, name, (x, y))
+        else:
+            if not problems(cand):
+                text = ",".join(f"{n}->{r}" for n, r in zip(names, regions))
+                return _record(cand, f"place_together:{text}", [f"position:{n}" for n in names])
+    raise PlacementError(f"cannot place {names} in regions {regions} together after {tries} tries")
+
+
 class SwapArgs(_Args):
     a: Ref = "target"  # first entity
     b: Ref = "other"  # second entity
