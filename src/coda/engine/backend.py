@@ -22,8 +22,10 @@ every backend; everything that depends on what a scene *is* goes through a `Roun
 batches (`check_many`, which a backend may spread over worker processes) until `n` are valid; what it keeps
 is what checking one candidate at a time would keep.
 
-`backend_for(cfg)` returns the configured one; `tabletop` is CoDA's own simulator, `libero` is LIBERO /
-LIBERO-PRO (`coda.engine.libero`).
+`backend_for(cfg)` returns the configured one from `BACKENDS`: `tabletop` (CoDA's own simulator) is
+registered here; any other is declared by its package under the entry-point group `coda.backends` — this
+package declares `libero`, LIBERO / LIBERO-PRO (`coda.engine.libero.LiberoBackend`) — and imported when a
+run asks for it. `round_env(sim)` is the configured backend's `round_env`, the env worker processes make.
 """
 
 from __future__ import annotations
@@ -114,8 +116,15 @@ class RoundBackend:
 
     # -- simulation ---------------------------------------------------------------------------------
 
+    @classmethod
+    def round_env(cls, sim: "SimConfig") -> Any:
+        """An env of this backend acting in 5-D targets (`sim` its settings); worker processes make theirs here."""
+        from coda.sim.tabletop.env import TabletopEnv
+
+        return TabletopEnv(config=sim)
+
     def make_env(self) -> Any:
-        return round_env(self.cfg.sim)
+        return self.round_env(self.cfg.sim)
 
     def expert(self, spec: Any, env: Any) -> Any:
         from coda.sim.tabletop.experts import expert_for
@@ -198,26 +207,13 @@ class RoundBackend:
 
 def round_env(sim: "SimConfig") -> Any:
     """An env of `sim.backend` acting in 5-D targets, as rollouts, demos and replays use it."""
-    if sim.backend == "libero":
-        from coda.engine.libero import LiberoRoundEnv
-
-        return LiberoRoundEnv(sim)
-    from coda.sim.tabletop.env import TabletopEnv
-
-    return TabletopEnv(config=sim)
+    return BACKENDS.get(sim.backend).round_env(sim)
 
 
-BACKENDS: Registry[Callable[["CodaConfig"], RoundBackend]] = Registry("round backend")
+# Round backends by `sim.backend`: the tabletop here, others declared by entry point (group "coda.backends",
+# e.g. `libero = "coda.engine.libero:LiberoBackend"` in pyproject.toml), so adding one edits no engine code.
+BACKENDS: Registry[type[RoundBackend]] = Registry("round backend", entry_points="coda.backends")
 BACKENDS.register("tabletop", RoundBackend)
-
-
-def _libero(cfg: "CodaConfig") -> RoundBackend:
-    from coda.engine.libero import LiberoBackend
-
-    return LiberoBackend(cfg)
-
-
-BACKENDS.register("libero", _libero)
 
 
 class PolicySuccess:

