@@ -28,7 +28,8 @@ Writes `bench/results/headline.json` (`--fast`: `headline_fast.json`) and a mark
                            "phase_seconds": {phase: s},
                            "paired_vs_coda": {"diff", "ci95", "p", "n"},      # not for coda itself
                            "rounds": {run: [{"round", "probes", "failed_probes", "diagnoses", "verified",
-                                             "mode_budget_share", "modes_programmed"}]}}},  # coda, coda-sparse
+                                             "mode_budget_share", "modes_programmed", "modes_uncompiled",
+                                             "uncompiled_budget_share"}]}}},  # coda, coda-sparse
      "sft_to_coda_ratio", "coda_minus_best_closed_loop_pp", "best_closed_loop", "intervals_apart", "seeds",
      "rounds", "generation_budget_per_round", "labels_per_round", "eval_scenes_per_split", "probes_per_round",
      "diagnoses_per_round", "wall_seconds", "meta": {...}}
@@ -183,7 +184,8 @@ def final_outcomes(ctx: Any) -> dict[str, dict[str, dict[str, bool]]]:
 def run_evidence(ctx: Any, strategy: str) -> dict[str, Any]:
     """What a run's memory says about its rounds: seconds per phase (rounds 1.. for a closed-loop run, round 0
     for `sft`), and per round the probes that failed, the diagnoses and how many verified, and the share of
-    the generation budget that went to failure-mode programs (`coda`, `coda-sparse`)."""
+    the generation budget that went to failure-mode programs (`coda`, `coda-sparse`), and how many modes got
+    a share but no program (it could not be compiled: their share explored instead) and that share."""
     from coda.engine.report_data import load_report_data
 
     seconds: dict[str, float] = {}
@@ -201,10 +203,14 @@ def run_evidence(ctx: Any, strategy: str) -> dict[str, Any]:
         verified = sum(c["verified"] for c in outcomes)
         to_modes = sum(p.count for p in data.programs if p.round == r and p.mode)
         probe = data.probe_success.get(r)
+        uncompiled = [u for g in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=r)
+                      for u in (g.body.get("uncompiled") or [])]
         rounds.append({"round": r, "probes": probe.n if probe else 0,
                        "failed_probes": (probe.n - probe.k) if probe else 0,
                        "diagnoses": diagnosed, "verified": verified, "mode_budget_share": to_modes / budget,
-                       "modes_programmed": len({p.mode for p in data.programs if p.round == r and p.mode})})
+                       "modes_programmed": len({p.mode for p in data.programs if p.round == r and p.mode}),
+                       "modes_uncompiled": len(uncompiled),
+                       "uncompiled_budget_share": sum(int(u["count"]) for u in uncompiled) / budget})
     return {"phase_seconds": seconds, "rounds": rounds}
 
 

@@ -32,7 +32,7 @@ from coda.engine.compile import RoleStage, bind_potential, child_program, correc
 from coda.engine.curriculum import rediagnosis_probes  # noqa: E402
 from coda.engine.loop import start_run  # noqa: E402
 from coda.engine.rollout import evaluate_checkpoint  # noqa: E402
-from coda.engine.round import (  # noqa: E402  # noqa: E402
+from coda.engine.round import (  # noqa: E402
     explore_probes,
     held_apart_scenes,
     phase_compile,
@@ -170,6 +170,38 @@ def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_train
             for c in (ckpt, new_ckpt)]
     assert (lp.failure_mode_id, lp.before, lp.after) == (mode.id, *want)
     assert lp.budget_share == progs["mode0_r1"].body["count"] / cfg.engine.generation_budget
+    ctx.memory.close()
+
+
+def test_a_mode_whose_program_cannot_be_made_explores_and_the_explore_source_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from coda.engine import compile as C
+    from coda.engine.curriculum import plan_modes
+    from coda.engine.fork import copy_round0
+    from coda.engine.round import ProbeEpisode
+    from coda.engine.strategies import Evidence
+    from coda.scene.splits import make_split
+
+    cfg = E.config("coda")
+    ctx = start_run(cfg, tmp_path / "uncompiled", from_round0=E.round0())
+    copy_round0(ctx, E.round0())
+    spec = make_split(E.FAMILY, "sft", 1, seed=4)[0]
+    probe = ProbeEpisode(episode_id=7, spec=spec, success=False, actions=np.zeros((3, 5), np.float32))
+    d = ScriptedCritic().diagnose(SimpleNamespace(spec=spec, episode_id="7"))
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise C.CompileError(f"mode = {MODE!r}, level 0: pick_place scenes cannot carry it: no room")
+
+    monkeypatch.setattr(C, "compile_generation_program", refuse)
+    budget = cfg.engine.generation_budget
+    plan = plan_modes(Evidence(ctx, 1, [probe], {7: d}, {7: _accept(d)}, budget, seed=3))
+    assert not any(body.get("mode") for _, body in plan.sources) and not plan.training
+    ((key, body),) = plan.sources
+    (lost,) = body["uncompiled"]
+    assert key == "explore" and body["count"] == budget
+    assert lost["mode"] == MODE and 0 < lost["count"] <= budget and "cannot carry it: no room" in lost["error"]
     ctx.memory.close()
 
 

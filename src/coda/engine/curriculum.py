@@ -8,7 +8,8 @@
 3. Each mode with a share gets a generation program: a level-0 program around exactly its verified factors
    when new, else a child of its last program (wider when solved, narrower when stuck, same level when
    progressing; `coda.engine.compile.child_program`). A mode whose factors cannot be compiled gives its
-   share to exploration.
+   share to exploration; the `explore` source's body lists those modes, their counts and the reason
+   (`uncompiled`).
 4. Each such mode also gets a training program (`compile_training_program`): expert demos in its generated
    scenes, corrective demos from its failed episodes starting a few steps before Φ last rose
    (`corrective_start`), its staged potential (the voted stage plan, or the mode's last one when it was not
@@ -68,6 +69,7 @@ def plan_modes(ev: Evidence) -> Plan:
     plan = Plan(sources=[], modes={k: {"description": modes[k].description,
                                        "embedding": modes[k].record_fields()["embedding"]} for k in members})
     explore = shares.pop("explore", 0)
+    uncompiled: list[dict[str, Any]] = []  # modes whose program could not be made: their share explores
     corrective_left = corrective_budget(ctx)
     training = _TrainingCompiler(ctx, ev, pairs)
     try:
@@ -85,8 +87,9 @@ def plan_modes(ev: Evidence) -> Plan:
                     mp = compile_generation_program(modes[key], examples, examples[0].family,
                                                     ctx.seed_for("program", r, key), count, level=0,
                                                     reason=f"new failure mode in round {r}")
-            except CompileError:
+            except CompileError as e:
                 explore += count  # the budget is not lost: it probes new variations instead
+                uncompiled.append({"mode": key, "count": count, "error": str(e).splitlines()[0][:300]})
                 continue
             prog_key = f"mode{len(plan.sources)}_r{r}"
             plan.sources.append((prog_key, {
@@ -101,7 +104,10 @@ def plan_modes(ev: Evidence) -> Plan:
     finally:
         training.close()
     if explore:
-        plan.sources.append(("explore", ev.dr_body(explore)))
+        body = ev.dr_body(explore)
+        if uncompiled:
+            body["uncompiled"] = uncompiled  # stored with the source: which modes' shares it took, and why
+        plan.sources.append(("explore", body))
     return plan
 
 
