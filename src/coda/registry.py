@@ -47,11 +47,9 @@ class Registry(Generic[T]):
 
     def _entry_points(self) -> dict[str, Any]:
         if self._declared is None:
-            self._declared = {}
-            if self.group is not None:
-                from importlib.metadata import entry_points
+            from importlib.metadata import entry_points
 
-                self._declared = {ep.name: ep for ep in entry_points(group=self.group)}
+            self._declared = {ep.name: ep for ep in entry_points(group=self.group)} if self.group else {}
         return self._declared
 
     def get(self, name: str) -> T:

@@ -347,8 +347,9 @@ def _together(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     places = [i for i, op in enumerate(ops) if op["op"] == "place_in_region"]
     if len(places) < 2:
         return ops
-    joint = {"op": "place_together", "args": {"places": [dict(ops[i]["args"]) for i in places]}}
-    return [joint if i == places[0] else op for i, op in enumerate(ops) if i == places[0] or i not in places]
+    out = [op for i, op in enumerate(ops) if i not in places[1:]]  # the first place keeps its index
+    out[places[0]] = {"op": "place_together", "args": {"places": [dict(ops[i]["args"]) for i in places]}}
+    return out
 
 
 def _child_seed(parent: ModeProgram) -> int:

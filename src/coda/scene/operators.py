@@ -205,11 +205,9 @@ Ref = str  # a reference (see REFS) or an entity name
 # ---- position -------------------------------------------------------------------------------------
 
 
-class PlaceArgs(_Args):
+class Placement(_Args):
     object: Ref = "target"  # the entity to move (object, container, region or drawer)
     region: str | list[str]  # a region name, or a list to draw one from
-    clearance: float = Field(0.03, ge=0, le=0.1)  # gap to other footprints, metres
-    tries: int = Field(500, ge=1)  # placement draws before PlacementError
 
     @field_validator("region")
     @classmethod
@@ -221,6 +219,11 @@ class PlaceArgs(_Args):
         return v
 
 
+class PlaceArgs(Placement):
+    clearance: float = Field(0.03, ge=0, le=0.1)  # gap to other footprints, metres
+    tries: int = Field(500, ge=1)  # placement draws before PlacementError
+
+
 def _near_target(spec: ScenarioSpec) -> Rect:
     x, y = _pos(spec.entity(spec.goal[0].args[0]))
     return Rect(x - 0.12, x + 0.12, y - 0.12, y + 0.12)
@@ -228,19 +231,32 @@ def _near_target(spec: ScenarioSpec) -> Rect:
 
 def _place(rng: np.random.Generator, spec: ScenarioSpec, name: str, region_name: str, clearance: float, tries: int) -> ScenarioSpec:
     """Move `name` to a random free position of a region such that the whole scene stays feasible."""
-    rect = _near_target(spec) if region_name == "near_target" else REGIONS[region_name]
-    entity = spec.entity(name)
-    others = [footprint(e) for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions) if e.name != name]
-    fp0 = footprint(entity, (0.0, 0.0))
+    return _place_all(rng, spec, [name], [region_name], clearance, tries)
+
+
+def _place_all(rng: np.random.Generator, spec: ScenarioSpec, names: list[str], regions: list[str], clearance: float,
+               tries: int) -> ScenarioSpec:
+    """Move each of `names` to a random free position of its region, all in one draw per try, such that the
+    whole scene stays feasible; where the moved entities stood does not count."""
+    static = [footprint(e) for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)
+              if e.name not in names]
+    at_origin = [footprint(spec.entity(n), (0.0, 0.0)) for n in names]
     for _ in range(tries):
-        x, y = rect.sample(rng)
-        fp = fp0.moved(fp0.cx + x, fp0.cy + y)
-        if not inside_table(fp) or any(fp.conflicts(o, clearance) for o in others):
-            continue
-        cand = _set_pos(spec, name, (x, y))
-        if not problems(cand):
-            return cand
-    raise PlacementError(f"cannot place '{name}' in region '{region_name}' after {tries} tries")
+        cand, placed = spec, []
+        for name, reg, fp0 in zip(names, regions, at_origin):
+            rect = _near_target(cand) if reg == "near_target" else REGIONS[reg]
+            x, y = rect.sample(rng)
+            fp = fp0.moved(fp0.cx + x, fp0.cy + y)
+            if not inside_table(fp) or any(fp.conflicts(o, clearance) for o in (*static, *placed)):
+                break
+            placed.append(fp)
+            cand = _set_pos(cand, name, (x, y))
+        else:
+            if not problems(cand):
+                return cand
+    if len(names) == 1:
+        raise PlacementError(f"cannot place '{names[0]}' in region '{regions[0]}' after {tries} tries")
+    raise PlacementError(f"cannot place {names} in regions {regions} together after {tries} tries")
 
 
 @operator("place_in_region", PlaceArgs)
@@ -250,13 +266,6 @@ def place_in_region(rng: np.random.Generator, spec: ScenarioSpec, *, object: Ref
     reg = region if isinstance(region, str) else _choose(rng, list(region))
     out = _place(rng, spec, name, reg, clearance, tries)
     return _record(out, f"place_in_region:{name}->{reg}", [f"position:{name}"])
-
-
-class Placement(_Args):
-    object: Ref = "target"  # the entity to move (object, container, region or drawer)
-    region: str | list[str]  # a region name, or a list to draw one from
-
-    _known = field_validator("region")(PlaceArgs._known.__func__)  # type: ignore[attr-defined]
 
 
 class PlaceTogetherArgs(_Args):
@@ -275,24 +284,9 @@ def place_together(rng: np.random.Generator, spec: ScenarioSpec, *, places: list
     if len(set(names)) < len(names):
         raise OperatorError(f"place_together moves each entity once, got {names}")
     regions = [p.region if isinstance(p.region, str) else _choose(rng, list(p.region)) for p in places]
-    static = [footprint(e) for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)
-              if e.name not in names]
-    at_origin = [footprint(spec.entity(n), (0.0, 0.0)) for n in names]
-    for _ in range(tries):
-        cand, placed = spec, []
-        for name, reg, fp0 in zip(names, regions, at_origin):
-            rect = _near_target(cand) if reg == "near_target" else REGIONS[reg]
-            x, y = rect.sample(rng)
-            fp = fp0.moved(fp0.cx + x, fp0.cy + y)
-            if not inside_table(fp) or any(fp.conflicts(o, clearance) for o in (*static, *placed)):
-                break
-            placed.append(fp)
-            cand = _set_pos(cand, name, (x, y))
-        else:
-            if not problems(cand):
-                text = ",".join(f"{n}->{r}" for n, r in zip(names, regions))
-                return _record(cand, f"place_together:{text}", [f"position:{n}" for n in names])
-    raise PlacementError(f"cannot place {names} in regions {regions} together after {tries} tries")
+    out = _place_all(rng, spec, names, regions, clearance, tries)
+    text = ",".join(f"{n}->{r}" for n, r in zip(names, regions))
+    return _record(out, f"place_together:{text}", [f"position:{n}" for n in names])
 
 
 class SwapArgs(_Args):
