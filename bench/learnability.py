@@ -26,6 +26,7 @@ Usage:
     python bench/learnability.py --fast                  # 40 SFT demos, 10 scenes per split, no ablations
     python bench/learnability.py --families stack --ablations none
     python bench/learnability.py --ablations sentence_grounding bc --ablation-families pick_place drawer
+    python bench/learnability.py --families push --ablations none --policies sft sft_only --set engine.retrain=true
 Demos, checkpoints and rollouts are kept under --work: a stopped run continues where it stopped.
 """
 
@@ -208,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ablation-families", nargs="+", default=None, choices=list(FAMILIES),
                     help="families the ablations run on (default: --families)")
     ap.add_argument("--workers", type=int, default=2, help="processes for validity checks and rollouts")
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES,
+                    help="the policies trained and evaluated (default all)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     ap.add_argument("--work", type=Path, default=Path("runs/bench_learnability"))
     ap.add_argument("--out", type=Path, default=OUT)
@@ -225,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     results: dict[str, Any] = {"ablations": {}}
     for family in args.families:
-        results[family] = run_family(family, cfg, "main", args.work, args.workers, console)
+        results[family] = run_family(family, cfg, "main", args.work, args.workers, console, policies=tuple(args.policies))
     for a in ablations:
         acfg = build_config("full", overrides=base + ABLATIONS[a])
         results["ablations"][a] = {}
@@ -243,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                        "wall_s_this_invocation": time.perf_counter() - t_all, "cpus": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    for name in POLICIES:
+    for name in args.policies:
         table = Table(title=f"{name} (success)")
         table.add_column("family")
         for split in SPLITS:
