@@ -330,7 +330,7 @@ def score_held_out(episodes: list[Any], critics: dict[str, Any], every: int, blo
     of the held-out `episodes`."""
     import torch
 
-    from coda.policy.features import gripper_pose, obs_to_batch, to_relative
+    from coda.policy.features import obs_to_batch
 
     first = next(iter(critics.values()))
     h = first.cfg.chunk_len
@@ -351,21 +351,15 @@ def score_held_out(episodes: list[Any], critics: dict[str, Any], every: int, blo
     with torch.no_grad():
         for lo in range(0, n, block):
             ob = obs_to_batch(obs[lo : lo + block], first.text)  # every critic reads the same observations
-            pose = gripper_pose(ob.proprio)
             sel = [i for i in range(lo, min(lo + block, n)) if expert[i] is not None]
             local = torch.tensor([i - lo for i in sel], dtype=torch.long)
             for name, pol in critics.items():
-                z = pol.critic.encode(ob, pol.stats)
-                v[name][lo : lo + block] = pol.critic.v_from(z).numpy()
+                v[name][lo : lo + block] = pol.state_values(ob).numpy()
                 if not sel:
                     continue
-
-                def q(chunks: list[np.ndarray]) -> np.ndarray:
-                    c = to_relative(torch.from_numpy(np.stack(chunks)), pose[local])
-                    return torch.minimum(*pol.critic.q_from(z[local], pol.stats.normalize_actions(c))).numpy()
-
-                qe[name][sel] = q([expert[i] for i in sel])
-                qp[name][sel] = q([executed[i] for i in sel])
+                part = ob.index(local)
+                qe[name][sel] = pol.q_values(part, torch.from_numpy(np.stack([expert[i] for i in sel]))).numpy()
+                qp[name][sel] = pol.q_values(part, torch.from_numpy(np.stack([executed[i] for i in sel]))).numpy()
     return HeldOut(np.array([bool(ep.success) for ep in episodes]), rows_of, np.asarray(phi), v, qe, qp,
                    {k: WEIGHTS[k] for k in critics})
 

@@ -249,8 +249,9 @@ def chain_chunk(s: int, moves: tuple[int, ...]) -> np.ndarray:
 
 
 def tiny_cfg(**kw) -> PolicyConfig:
-    """hidden=16, one layer, hashing text: the size every shape test runs at."""
+    """hidden=16, one layer, hashing text: the size every shape test runs at; the gripper's frame, as the
+    synthetic reach demos record no goal roles (the task frame's tests ask for it)."""
     base = dict(hidden=16, layers=1, heads=2, chunk_len=4, n_action_steps=2, batch_size=16, train_steps=5,
-                text_model="hashing", torch_threads=1, log_every=1)
+                text_model="hashing", torch_threads=1, log_every=1, frame="gripper")
     base.update(kw)
     return PolicyConfig(**base)

@@ -58,17 +58,23 @@ def demos_collect(
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Record one scripted-expert episode per scene of FAMILY/SPLIT into a Parquet demo dataset."""
+    """Record one scripted-expert episode per scene of FAMILY/SPLIT into a Parquet demo dataset, with what the
+    engine's demos carry: Φ of the scene's canonical stage plan, the train-tier wordings of its goal and the
+    entity rows its goal names (the task frame and the grounding labels read them)."""
+    import numpy as np
+
     from coda.config import build_config
+    from coda.engine.backend import RoundBackend
     from coda.policy.data import collect_demos
-    from coda.sim.backends import make_env
-    from coda.sim.tabletop.experts import expert_for
 
     cfg = build_config(preset, config, set_ or [])
     specs = _scenes(family, split, n, seed, check)
-    env = make_env(cfg.sim)
+    backend = RoundBackend(cfg)
+    env = backend.make_env()
     try:
-        report = collect_demos(env, specs, lambda s: expert_for(s, cfg.sim.expert_chunk), out,
+        report = collect_demos(env, specs, lambda s: backend.expert(s, env), out,
+                               potential_fn=lambda s, states: np.asarray(backend.phis(env, s, states), np.float32),
+                               wordings_fn=backend.wordings, goal_fn=backend.goal_labels,
                                append=append, keep_failures=keep_failures, progress=True)
     finally:
         env.close()

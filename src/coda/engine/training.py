@@ -81,7 +81,7 @@ def finetune(
     steps = cfg.policy.finetune_steps
     if cfg.engine.retrain:  # a fresh network, normalised for all the data so far
         fresh = policy.cfg.model_copy(update={"lr": cfg.policy.lr})
-        policy = ChunkPolicy(fresh, data.dims, data.stats(), policy.text)
+        policy = ChunkPolicy(fresh, data.dims, data.stats(fresh.frame), policy.text)
         steps = cfg.policy.train_steps
     policy.remember_goals(*data.goal_memory())  # the round's new instructions join what the policy knows
     result = train_policy(policy, data, steps=steps, checkpoint=checkpoint, progress=progress,

@@ -3,7 +3,8 @@
 The defaults are the size the SFT benchmark (`bench/sft.py`) reports: a 2-layer, 64-wide set transformer
 trained 1500 steps of 128 samples at lr 1e-3 fits the narrow `sft` splits and trains in minutes per family
 on two CPU cores. Presets (`tiny`, `quick`, `full`) may override them. Fields that change the
-network's shape (`chunk_len`, `hidden`, `layers`, `heads`, `grounding`, `text_model`) form the architecture signature
+network's shape or what its inputs mean (`chunk_len`, `hidden`, `layers`, `heads`, `grounding`, `frame`, `text_model`)
+form the architecture signature
 stored in checkpoints; the others only change training or inference.
 """
 
@@ -30,6 +31,7 @@ class PolicyConfig(Section):
     heads: int = Field(4, ge=1)  # attention heads
     text_model: Literal["minilm", "hashing"] = "minilm"  # sentence embedder (hashing = offline test stand-in)
     grounding: Literal["tokens", "sentence"] = "tokens"  # entity <- instruction: word-piece cross-attention, or the raw sentence cosine
+    frame: Literal["gripper", "task"] = "task"  # chunks along the world's axes from the gripper, or in the goal's frame (origin the moved entity, x towards its destination)
     token_dropout: float = Field(0.15, ge=0, lt=1)  # share of instruction word pieces hidden from the grounding in training
     read_motion: bool = False  # read the last grip command and gripper velocity (off: BC cannot copy its own motion)
     grounding_weight: float = Field(0.1, ge=0)  # weight of the grounding losses: role pointers vs the goal's entities, goal value (demos record both)
@@ -67,6 +69,8 @@ class PolicyConfig(Section):
             raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden})")
         if self.n_action_steps > self.chunk_len:
             raise ValueError(f"n_action_steps ({self.n_action_steps}) must not exceed chunk_len ({self.chunk_len})")
+        if self.frame == "task" and self.grounding != "tokens":
+            raise ValueError(f"frame 'task' needs grounding 'tokens' (its role pointers set the frame), not '{self.grounding}'")
         if self.improvement == "awr" and not self.train_critic:
             raise ValueError("improvement 'awr' needs train_critic = true (advantages come from the critic)")
         if self.value_guided_samples and not self.train_critic:

@@ -13,6 +13,17 @@ An action is float32 (5,): absolute end-effector target x, y, z, yaw and grip in
 The policy predicts chunks RELATIVE to the gripper pose at the chunk's first observation (deltas of x, y, z
 and yaw; grip stays absolute) because absolute-coordinate chunks do not extrapolate to unseen regions.
 P, M and F are read from the observations; only the leading layout above is fixed.
+
+Task frame (`policy.frame = "task"`): the network may read the scene in the frame of its goal instead of the
+world's. The origin is the entity the goal moves, the x axis points from it to its destination in the table
+plane. Positions (gripper, entities), the gripper's velocity and its yaw are expressed in that frame, and
+chunks are predicted there: a push towards an unseen region is then the push the demos showed, turned. Only
+the leading layout above is turned; the other feature columns (an entity's heading, say) stay in the
+world's frame. Parallel jaws look the same after a half turn, and an expert's world yaw lies in a half turn,
+so in a turned frame the gripper's yaw is read as (sin 2 yaw, cos 2 yaw) and a chunk's yaw deltas are taken
+modulo a half turn. A goal without a direction (a drawer's opening: no destination) is not turned: it is
+read exactly as in the gripper's frame, where yaw keeps its own meaning (a drawer handle is grasped at the
+end of the yaw range, where a half-turn reading would be ambiguous).
 """
 
 from __future__ import annotations
@@ -34,10 +45,14 @@ PROPRIO_POS = slice(0, 3)  # gripper position in proprio
 PROPRIO_YAW_SIN, PROPRIO_YAW_COS = 3, 4  # gripper yaw as (sin, cos) in proprio
 PROPRIO_MOTION = slice(6, 10)  # last grip command and gripper velocity: the policy's own recent motion
 OBJECT_POS = slice(0, 3)  # entity position in an object row
+PROPRIO_VEL = slice(7, 10)  # gripper velocity in proprio
 OBS_KEYS = ("proprio", "objects", "object_mask", "object_text", "instruction")
 INPUT_STD_FLOOR = 1e-2  # constant input columns must not blow up when they vary out of distribution
 ACTION_STD_FLOOR = 1e-3
 INPUT_CLIP = 10.0  # normalised inputs are clipped to +-this (out-of-distribution colours, far positions)
+FRAMES = ("gripper", "task")  # where the network reads the scene and predicts chunks (see the module docstring)
+FRAME_MIN_DIST = 1e-3  # m: a destination closer than this to the moved entity gives no direction (world axes)
+YAW_SLACK = 0.1  # rad: a turned frame's yaw target this far past the yaw range stays (clipped), not a half turn away
 
 
 class ObsBatch(NamedTuple):
@@ -210,13 +225,111 @@ def to_relative(actions: Tensor, pose: Tensor) -> Tensor:
     return out
 
 
-def to_absolute(rel: Tensor, pose: Tensor) -> Tensor:
-    """Inverse of `to_relative`: deltas (..., H, A) + pose (..., 4) -> absolute targets, grip in [0, 1]."""
+def to_absolute(rel: Tensor, pose: Tensor, half_turn: Tensor | bool = False) -> Tensor:
+    """Inverse of `to_relative`: deltas (..., H, A) + pose (..., 4) -> absolute targets, grip in [0, 1].
+
+    Where `half_turn` (a bool, or (B,) per leading row) the yaw deltas are read modulo a half turn
+    (`chunk_in_frame`): the target is the nearest yaw of the same jaws, moved by a half turn only once it lies
+    beyond the yaw range [-pi/2, pi/2] by more than `YAW_SLACK` (the env clips what is in between), so a target
+    at the end of the range does not flip from one end to the other from one chunk to the next."""
     p = pose.unsqueeze(-2)
     out = rel.clone()
     out[..., 0:3] = rel[..., 0:3] + p[..., 0:3]
     out[..., 3] = wrap_angle(rel[..., 3] + p[..., 3])
+    turned = torch.as_tensor(half_turn, dtype=torch.bool)
+    if bool(turned.any()):
+        yaw = p[..., 3] + wrap_half_turn(rel[..., 3])
+        yaw = torch.where(yaw > math.pi / 2 + YAW_SLACK, yaw - math.pi, yaw)
+        yaw = torch.where(yaw < -math.pi / 2 - YAW_SLACK, yaw + math.pi, yaw)
+        turned = turned.view(*turned.shape, *([1] * (yaw.dim() - turned.dim())))
+        out[..., 3] = torch.where(turned, yaw, out[..., 3])
     out[..., 4] = rel[..., 4].clamp(0.0, 1.0)
+    return out
+
+
+def wrap_half_turn(x: Tensor) -> Tensor:
+    """Angles wrapped to [-pi/2, pi/2): parallel jaws at yaw and yaw + pi are the same gripper."""
+    return torch.remainder(x + math.pi / 2, math.pi) - math.pi / 2
+
+
+def rotate_xy(v: Tensor, angle: Tensor) -> Tensor:
+    """(B, ..., 2) vectors turned by `angle` (B,) radians about the z axis."""
+    c, s = torch.cos(angle), torch.sin(angle)
+    shape = (-1, *([1] * (v.dim() - 2)))
+    c, s = c.view(shape), s.view(shape)
+    x, y = v[..., 0], v[..., 1]
+    return torch.stack([c * x - s * y, s * x + c * y], dim=-1)
+
+
+class Frame(NamedTuple):
+    """A task frame per observation: its origin in the table plane, the heading of its x axis, and whether it
+    is turned at all (a goal with a direction) or the world's, read as in the gripper's frame."""
+
+    origin: Tensor  # (B, 2) xy of the moved entity (zeros: the world's origin)
+    angle: Tensor  # (B,) heading of the x axis, radians (0: the world's axes)
+    turned: Tensor  # (B,) bool: a goal with a direction (half-turn yaw); False: the world's frame
+
+    def index(self, idx: Tensor) -> "Frame":
+        """The frames of the observations `idx`."""
+        return Frame(self.origin[idx], self.angle[idx], self.turned[idx])
+
+
+def task_frame(objects: Tensor, mask: Tensor, rows: Tensor) -> Frame:
+    """The task frame of each observation from raw entity rows `objects` (B, M, F), `mask` (B, M) and the rows
+    (B, 2) of the moved entity and its destination (-1: none). A goal without a direction (no moved entity,
+    no destination, or one at the moved entity, as a drawer's) has no task frame: the world's."""
+    b, m = mask.shape
+    moved, dest = rows[:, 0], rows[:, 1]
+    i = torch.arange(b)
+    has_m = (moved >= 0) & (moved < m)
+    has_m &= mask[i, moved.clamp(0, m - 1)]
+    has_d = has_m & (dest >= 0) & (dest < m)
+    has_d &= mask[i, dest.clamp(0, m - 1)]
+    xy = objects[..., 0:2]
+    origin = torch.where(has_m.unsqueeze(1), xy[i, moved.clamp(0, m - 1)], torch.zeros(b, 2, dtype=xy.dtype))
+    delta = torch.where(has_d.unsqueeze(1), xy[i, dest.clamp(0, m - 1)] - origin, torch.zeros_like(origin))
+    far = delta.norm(dim=1) > FRAME_MIN_DIST
+    angle = torch.where(far, torch.atan2(delta[:, 1], delta[:, 0]), torch.zeros_like(delta[:, 0]))
+    origin = torch.where(far.unsqueeze(1), origin, torch.zeros_like(origin))
+    return Frame(origin, angle, far)
+
+
+def inputs_in_frame(proprio: Tensor, objects: Tensor, mask: Tensor, frame: Frame) -> tuple[Tensor, Tensor]:
+    """Raw proprio (B, P) and entity rows (B, M, F) expressed in `frame`: positions from its origin along its
+    axes, the gripper's velocity along its axes and, in a turned frame, its yaw as (sin, cos) of twice the
+    yaw from the frame's x axis (the world's frame leaves the yaw as it is)."""
+    pr, ob = proprio.clone(), objects.clone()
+    pr[:, 0:2] = rotate_xy(proprio[:, 0:2] - frame.origin, -frame.angle)
+    yaw = torch.atan2(proprio[:, PROPRIO_YAW_SIN], proprio[:, PROPRIO_YAW_COS]) - frame.angle
+    pr[:, PROPRIO_YAW_SIN] = torch.where(frame.turned, torch.sin(2 * yaw), proprio[:, PROPRIO_YAW_SIN])
+    pr[:, PROPRIO_YAW_COS] = torch.where(frame.turned, torch.cos(2 * yaw), proprio[:, PROPRIO_YAW_COS])
+    if pr.shape[1] >= PROPRIO_VEL.stop:
+        pr[:, PROPRIO_VEL.start : PROPRIO_VEL.start + 2] = rotate_xy(proprio[:, PROPRIO_VEL.start : PROPRIO_VEL.start + 2], -frame.angle)
+    ob[..., 0:2] = rotate_xy(objects[..., 0:2] - frame.origin.unsqueeze(1), -frame.angle) * mask.unsqueeze(-1)
+    return pr, ob
+
+
+def obs_in_frame(obs: ObsBatch, frame: Frame) -> ObsBatch:
+    """`obs` with its proprio and entity rows expressed in `frame` (`inputs_in_frame`); text unchanged."""
+    pr, ob = inputs_in_frame(obs.proprio, obs.objects, obs.object_mask, frame)
+    return obs._replace(proprio=pr, objects=ob)
+
+
+def chunk_in_frame(rel: Tensor, frame: Frame) -> Tensor:
+    """Relative chunks (B, ..., H, A) in the world's axes -> along `frame`'s axes (B frames), yaw deltas
+    modulo a half turn where the frame is turned."""
+    out = rel.clone()
+    out[..., 0:2] = rotate_xy(rel[..., 0:2], -frame.angle)
+    turned = frame.turned.view(-1, *([1] * (rel.dim() - 2)))
+    out[..., 3] = torch.where(turned, wrap_half_turn(rel[..., 3]), rel[..., 3])
+    return out
+
+
+def chunk_from_frame(rel: Tensor, frame: Frame) -> Tensor:
+    """Inverse of `chunk_in_frame` up to the half turn: chunks along `frame`'s axes -> the world's axes (the
+    yaw deltas are read modulo a half turn by `to_absolute(..., half_turn=frame.turned)`)."""
+    out = rel.clone()
+    out[..., 0:2] = rotate_xy(rel[..., 0:2], frame.angle)
     return out
 
 

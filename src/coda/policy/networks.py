@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from coda.policy.features import PROPRIO_MOTION, NormStats, ObsBatch, ObsDims
+from coda.policy.features import PROPRIO_MOTION, Frame, NormStats, ObsBatch, ObsDims, obs_in_frame, task_frame
 
 GROUNDING_FEATURES = 2  # per entity: match share and gap to the best match ("tokens"), or raw cosines ("sentence")
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
@@ -174,13 +174,40 @@ class Encoded(NamedTuple):
     z: Tensor  # (B, hidden)
     pointer: Tensor | None = None  # (B, M, ROLES) role pointer logits over entities, -inf on padding
     goal_value: Tensor | None = None  # (B, len(VALUE_BINS)) logits of the goal's number over VALUE_BINS
+    frame: Frame | None = None  # the task frame the observation was read in (frame "task")
+    rows: Tensor | None = None  # (B, ROLES) the entity rows that set the frame (frame "task")
 
 
-def hard_pointer(logits: Tensor) -> Tensor:
-    """One-hot of each role's most likely entity (B, M, R), with the softmax's gradient (straight-through):
-    the network reads exactly one entity per role, never a blend of two that lies between them."""
+def frame_rows(picked: Tensor, given: Tensor | None) -> Tensor:
+    """The entity rows (B, 2) that set an observation's task frame: `given` (the goal's own rows, training)
+    where it names a moved entity, with a missing destination meaning none; else the pointers' picks."""
+    if given is None:
+        return picked
+    g = given[:, :ROLES]
+    if g.shape[1] < ROLES:
+        g = torch.cat([g, g.new_full((g.shape[0], ROLES - g.shape[1]), -1)], dim=1)
+    return torch.where((g[:, :1] >= 0), g, picked)
+
+
+def destination_or_self(goal_rows: Tensor) -> Tensor:
+    """Goal rows (B, R) with a missing destination (-1) replaced by the moved entity's row: the destination
+    pointer of a goal without one learns to point at the moved entity, which gives the world's axes."""
+    if goal_rows.shape[1] < ROLES:
+        return goal_rows
+    out = goal_rows.clone()
+    out[:, 1] = torch.where(out[:, 1] < 0, out[:, 0], out[:, 1])
+    return out
+
+
+def hard_pointer(logits: Tensor, rows: Tensor | None = None) -> Tensor:
+    """One-hot of each role's most likely entity (B, M, R), or of `rows` (B, R) where >= 0, with the softmax's
+    gradient (straight-through): the network reads exactly one entity per role, never a blend of two that lies
+    between them."""
     soft = torch.nan_to_num(logits.softmax(dim=1))
-    hard = F.one_hot(soft.argmax(dim=1), soft.shape[1]).transpose(1, 2).to(soft.dtype)  # (B, M, R)
+    pick = soft.argmax(dim=1)
+    if rows is not None:
+        pick = torch.where(rows >= 0, rows, pick)
+    hard = F.one_hot(pick, soft.shape[1]).transpose(1, 2).to(soft.dtype)  # (B, M, R)
     return hard + soft - soft.detach()
 
 
@@ -196,9 +223,12 @@ class ObsEncoder(nn.Module):
     """
 
     def __init__(self, dims: ObsDims, hidden: int, layers: int, heads: int, grounding: str = "tokens",
-                 read_motion: bool = False) -> None:
+                 read_motion: bool = False, frame: str = "gripper") -> None:
         super().__init__()
+        if frame == "task" and grounding != "tokens":
+            raise ValueError(f"frame 'task' needs grounding 'tokens' (its role pointers set the frame), not {grounding!r}")
         self.read_motion = read_motion
+        self.frame = frame
         self.grounding = TokenGrounding(dims.text, hidden) if grounding == "tokens" else None
         entity_extra = ROLES + 1 if self.grounding is not None else GROUNDING_FEATURES
         self.proprio_in = nn.Linear(dims.proprio, hidden)
@@ -231,19 +261,32 @@ class ObsEncoder(nn.Module):
         logits = lang + self.layout_pointer(torch.cat([ob, rp], dim=-1))
         return logits.masked_fill(~obs.object_mask.unsqueeze(-1), float("-inf"))
 
-    def encode(self, obs: ObsBatch, stats: NormStats) -> "Encoded":
-        """The (B, hidden) summary with what the instruction was grounded to (None without "tokens")."""
+    def encode(self, obs: ObsBatch, stats: NormStats, rows: Tensor | None = None) -> "Encoded":
+        """The (B, hidden) summary with what the instruction was grounded to (None without "tokens").
+
+        With frame "task" the pointers read the observation as given; the rest of the network reads it in the
+        task frame of the rows `frame_rows` chooses (`rows` (B, R): the goal's own, in training)."""
         pr, ob, rp = stats.normalize_obs(obs)
+        desc = self.text_proj(obs.object_emb)  # (B, M, hidden)
+        frame = used = None
+        if self.frame == "task":
+            world_logits = self.pointer_logits(obs, desc, ob, rp)
+            used = frame_rows(world_logits.argmax(dim=1), rows)
+            frame = task_frame(obs.objects, obs.object_mask, used)
+            obs = obs_in_frame(obs, frame)
+            pr, ob, rp = stats.normalize_obs(obs)
         if not self.read_motion:  # behaviour cloning could copy its own motion instead of reading the scene
             pr = pr.clone()
             pr[:, PROPRIO_MOTION] = 0.0
         b, m = ob.shape[0], ob.shape[1]
-        desc = self.text_proj(obs.object_emb)  # (B, M, hidden)
         instruction = self.text_proj(obs.instruction_emb)  # (B, hidden)
         logits = None
-        if self.grounding is not None:
+        if frame is not None:
+            logits = world_logits
+        elif self.grounding is not None:
             logits = self.pointer_logits(obs, desc, ob, rp)
-            p = hard_pointer(logits)  # (B, M, R)
+        if logits is not None:
+            p = hard_pointer(logits, used)  # (B, M, R); frame "task": the entities that set the frame
             raw = p.transpose(1, 2) @ torch.cat([rp, ob], dim=-1)  # (B, R, 3 + F): the pointed-to entities' features
             value_logits = self.goal(obs.instruction_emb, raw[:, 0].detach())
             value = value_of(value_logits)  # (B, 1)
@@ -268,7 +311,7 @@ class ObsEncoder(nn.Module):
         z = self.out_norm(tokens[:, 0])
         if logits is None:
             return Encoded(z)
-        return Encoded(z + self.role_out(torch.cat([raw.flatten(1), value], dim=-1)), logits, value_logits)
+        return Encoded(z + self.role_out(torch.cat([raw.flatten(1), value], dim=-1)), logits, value_logits, frame, used)
 
 
 class ChunkActorHead(nn.Module):
@@ -303,17 +346,18 @@ class ChunkCriticNet(nn.Module):
     """
 
     def __init__(self, dims: ObsDims, hidden: int, layers: int, heads: int, chunk_len: int,
-                 grounding: str = "tokens") -> None:
+                 grounding: str = "tokens", frame: str = "gripper") -> None:
         super().__init__()
-        self.encoder = ObsEncoder(dims, hidden, layers, heads, grounding)  # motion not read, as the actor
+        self.encoder = ObsEncoder(dims, hidden, layers, heads, grounding, frame=frame)  # motion not read, as the actor
         chunk_in = chunk_len * dims.action
         self.q1 = _mlp([hidden + chunk_in, 2 * hidden, 2 * hidden, 1])
         self.q2 = _mlp([hidden + chunk_in, 2 * hidden, 2 * hidden, 1])
         self.v = _mlp([hidden, 2 * hidden, 2 * hidden, 1])
 
-    def encode(self, obs: ObsBatch, stats: NormStats) -> Tensor:
-        """(B, hidden) critic features."""
-        return self.encoder(obs, stats)
+    def encode(self, obs: ObsBatch, stats: NormStats, rows: Tensor | None = None) -> Encoded:
+        """The critic's encoding (its `z` (B, hidden) the features), with frame "task" read in the frame of
+        `rows` (B, R) where given (the actor's, so a chunk means the same to both), else its own pointers'."""
+        return self.encoder.encode(obs, stats, rows)
 
     def q_from(self, z: Tensor, chunk: Tensor) -> tuple[Tensor, Tensor]:
         """Twin Q values (B,), (B,) from features (B, hidden) and a normalised relative chunk (B, H, A)."""

@@ -36,9 +36,10 @@ from torch import Tensor, nn
 from coda.policy.config import PolicyConfig
 from coda.policy.errors import PolicyUsageError
 from coda.policy.features import (
-    NormStats, ObsBatch, ObsDims, gripper_pose, obs_to_batch, padded_sizes, resize_batch, to_absolute, to_relative,
+    Frame, NormStats, ObsBatch, ObsDims, chunk_from_frame, chunk_in_frame, gripper_pose, obs_to_batch, padded_sizes,
+    resize_batch, to_absolute, to_relative,
 )
-from coda.policy.networks import VALUE_BINS, ChunkActorHead, ChunkCriticNet, ObsEncoder
+from coda.policy.networks import VALUE_BINS, ChunkActorHead, ChunkCriticNet, ObsEncoder, destination_or_self
 from coda.policy.samples import CriticBatch, TrainBatch
 from coda.policy.targets import awr_weights, chunk_targets, expectile_loss
 from coda.policy.text import TextEmbedder, text_encoder_for
@@ -90,9 +91,9 @@ class ChunkPolicy(nn.Module):
             raise PolicyUsageError(f"text embedder '{self.text.model_id}' has dim {self.text.dim}, dims.text = {dims.text}")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)  # same seed + config -> same initial weights, global RNG untouched
-            self.encoder = ObsEncoder(dims, cfg.hidden, cfg.layers, cfg.heads, cfg.grounding, cfg.read_motion)
+            self.encoder = ObsEncoder(dims, cfg.hidden, cfg.layers, cfg.heads, cfg.grounding, cfg.read_motion, cfg.frame)
             self.actor = ChunkActorHead(cfg.hidden, cfg.chunk_len, dims.action)
-            self.critic = ChunkCriticNet(dims, cfg.hidden, cfg.layers, cfg.heads, cfg.chunk_len, cfg.grounding)
+            self.critic = ChunkCriticNet(dims, cfg.hidden, cfg.layers, cfg.heads, cfg.chunk_len, cfg.grounding, cfg.frame)
         self.critic_target = copy.deepcopy(self.critic)
         self.critic_target.requires_grad_(False)
         for k, v in stats.to_dict().items():
@@ -123,6 +124,7 @@ class ChunkPolicy(nn.Module):
             "layers": self.cfg.layers,
             "heads": self.cfg.heads,
             "grounding": self.cfg.grounding,
+            **({"frame": self.cfg.frame} if self.cfg.frame != "gripper" else {}),
             "text_model_id": self.text.model_id,
             **self.dims.as_dict(),
         }
@@ -162,15 +164,15 @@ class ChunkPolicy(nn.Module):
         """Total loss and float metrics for one batch (BC or AWR actor loss, std NLL, critic losses)."""
         cfg, stats = self.cfg, self.stats
         bc = batch.bc
-        target = stats.normalize_actions(bc.chunk)  # (B, H, A)
-        enc = self.encoder.encode(bc.obs, stats)
+        enc = self.encoder.encode(bc.obs, stats, bc.goal_rows)
+        target = stats.normalize_actions(self.chunk_in(bc.chunk, enc.frame))  # (B, H, A)
         mean, log_std = self.actor(enc.z)
         err = mean - target
         per_sample = err.abs().mean((1, 2)) if cfg.bc_loss == "l1" else err.pow(2).mean((1, 2))  # (B,)
         metrics: dict[str, float] = {}
         if cfg.improvement == "awr":
             with torch.no_grad():
-                z = self.critic_target.encode(bc.obs, stats)
+                z = self.critic_target.encode(bc.obs, stats, enc.rows).z
                 adv = torch.minimum(*self.critic_target.q_from(z, target)) - self._awr_baseline(z, mean, log_std)
                 w, wm = awr_weights(adv, cfg.awr_beta, cfg.awr_max_weight)
             actor_loss = (w * per_sample).mean()
@@ -182,7 +184,8 @@ class ChunkPolicy(nn.Module):
         loss = actor_loss + nll
         metrics |= {"bc": float(per_sample.mean().detach()), "actor": float(actor_loss.detach()), "std_nll": float(nll.detach())}
         if enc.pointer is not None and bc.goal_rows is not None and cfg.grounding_weight > 0:
-            g_loss, g_acc = pointer_loss(enc.pointer, bc.goal_rows)
+            rows = destination_or_self(bc.goal_rows) if enc.frame is not None else bc.goal_rows
+            g_loss, g_acc = pointer_loss(enc.pointer, rows)
             if g_loss is not None:
                 loss = loss + cfg.grounding_weight * g_loss
                 metrics |= {"grounding": float(g_loss.detach()), "grounding_acc": g_acc}
@@ -204,6 +207,10 @@ class ChunkPolicy(nn.Module):
         metrics["loss"] = float(loss.detach())
         return loss, metrics
 
+    def chunk_in(self, rel: Tensor, frame: Frame | None) -> Tensor:
+        """Relative chunks (B, ..., H, A) in the world's axes -> the axes the network predicts in."""
+        return rel if frame is None else chunk_in_frame(rel, frame)
+
     def _awr_baseline(self, z: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
         """What a demonstrated chunk's Q is compared with (B,): V(s), or ("policy") the mean twin-min Q of
         `awr_samples` chunks drawn from the actor's Gaussian at s. The second compares actions in the same state
@@ -224,13 +231,17 @@ class ChunkPolicy(nn.Module):
 
     def _critic_loss(self, cb: CriticBatch) -> tuple[Tensor, Tensor, dict[str, float]]:
         stats, tgt = self.stats, self.critic_target
-        chunk = stats.normalize_actions(cb.chunk)
+        rows = None if cb.goal_rows is None else torch.cat([cb.goal_rows, cb.goal_rows])
         with torch.no_grad():
-            z_t, z_next = tgt.encode(_cat_obs(cb.obs, cb.next_obs), stats).chunk(2)  # one pass for both
+            both = tgt.encode(_cat_obs(cb.obs, cb.next_obs), stats, rows)  # one pass for both
+            z_t, z_next = both.z.chunk(2)
             v_next = tgt.v_from(z_next)
             y = chunk_targets(cb.reward_sum, cb.discount, cb.done, v_next, cb.phi, cb.phi_next)
+        enc = self.critic.encode(cb.obs, stats, cb.goal_rows)
+        chunk = stats.normalize_actions(self.chunk_in(cb.chunk, enc.frame))
+        with torch.no_grad():
             q_t = torch.minimum(*tgt.q_from(z_t, chunk))
-        z = self.critic.encode(cb.obs, stats)
+        z = enc.z
         q1, q2 = self.critic.q_from(z, chunk)
         q_loss = F.mse_loss(q1, y) + F.mse_loss(q2, y)
         v = self.critic.v_from(z)
@@ -299,37 +310,49 @@ class ChunkPolicy(nn.Module):
             raise PolicyUsageError(f"generators holds {len(generators)} streams for {b} observations")
         return torch.stack([torch.randn(shape, generator=g) for g in generators])
 
-    def _candidates(self, ob: ObsBatch, eps: Tensor) -> Tensor:
-        mean, log_std = self.actor(self.encoder(ob, self.stats))
+    def _candidates(self, ob: ObsBatch, eps: Tensor) -> tuple[Tensor, Any]:
+        """Normalised candidates (B, n, H, A), the mean first, in the axes the actor predicts in; and the
+        actor's encoding (its frame and rows)."""
+        enc = self.encoder.encode(ob, self.stats)
+        mean, log_std = self.actor(enc.z)
         samples = mean.unsqueeze(1) + self.cfg.sample_temperature * torch.exp(log_std).unsqueeze(1) * eps
-        return torch.cat([mean.unsqueeze(1), samples], dim=1)
+        return torch.cat([mean.unsqueeze(1), samples], dim=1), enc
 
     @torch.no_grad()
     def candidate_chunks(self, obs: Mapping[str, Any] | ObsBatch, n: int) -> Tensor:
-        """(B, n, H, A) normalised relative candidates: the mean first, then n-1 Gaussian samples."""
+        """(B, n, H, A) normalised relative candidates: the mean first, then n-1 Gaussian samples (along the
+        task frame's axes with frame "task")."""
         ob = self._batch(obs)
-        return self._blocks(self._candidates, ob, self._noise(ob.proprio.shape[0], n, None))
+        return self._blocks(lambda o, e: self._candidates(o, e)[0], ob, self._noise(ob.proprio.shape[0], n, None))
 
-    def _to_env(self, z: Tensor, ob: ObsBatch) -> Tensor:
-        """Normalised relative chunks (B, ..., H, A) -> absolute env targets."""
+    def _to_env(self, z: Tensor, ob: ObsBatch, frame: Frame | None) -> Tensor:
+        """Normalised relative chunks (B, ..., H, A) (along `frame`'s axes when given) -> absolute env targets."""
         pose = gripper_pose(ob.proprio)
         pose = pose.view(pose.shape[0], *([1] * (z.dim() - 3)), 4)
-        return to_absolute(self.stats.denormalize_actions(z), pose)
+        rel = self.stats.denormalize_actions(z)
+        if frame is None:
+            return to_absolute(rel, pose)
+        return to_absolute(chunk_from_frame(rel, frame), pose, half_turn=frame.turned)
+
+    def _sample_block(self, ob: ObsBatch, eps: Tensor) -> Tensor:
+        cands, enc = self._candidates(ob, eps)
+        return self._to_env(cands, ob, enc.frame)
 
     @torch.no_grad()
     def sample_chunks(self, obs: Mapping[str, Any], n: int) -> np.ndarray:
         """n candidate chunks (n, H, A) as absolute env targets; row 0 is the mean chunk."""
         ob = self._batch(obs)
-        return self._to_env(self.candidate_chunks(ob, n), ob)[0].numpy()
+        return self._blocks(self._sample_block, ob, self._noise(ob.proprio.shape[0], n, None))[0].numpy()
 
     def _chunk_block(self, ob: ObsBatch, eps: Tensor | None) -> Tensor:
         """The executed chunk (B, H, A) in env targets: the mean, or the best of the candidates by Q."""
         if eps is None:
-            best, _ = self.actor(self.encoder(ob, self.stats))
+            enc = self.encoder.encode(ob, self.stats)
+            best, _ = self.actor(enc.z)
         else:
-            cands = self._candidates(ob, eps)
-            best = cands[torch.arange(cands.shape[0]), self._q_normalised(ob, cands).argmax(dim=1)]
-        return self._to_env(best, ob)
+            cands, enc = self._candidates(ob, eps)
+            best = cands[torch.arange(cands.shape[0]), self._q_normalised(ob, cands, enc.rows).argmax(dim=1)]
+        return self._to_env(best, ob, enc.frame)
 
     @torch.no_grad()
     def predict_chunks(self, observations: Sequence[Mapping[str, Any]],
@@ -349,12 +372,30 @@ class ChunkPolicy(nn.Module):
         """The next H absolute actions (H, A) for one observation (value-guided if configured)."""
         return self.predict_chunks([obs], [self._rng])[0]
 
-    def _q_normalised(self, ob: ObsBatch, cands: Tensor) -> Tensor:
-        """min-twin Q (B, n) of normalised relative candidates (B, n, H, A)."""
+    def _q_normalised(self, ob: ObsBatch, cands: Tensor, rows: Tensor | None = None) -> Tensor:
+        """min-twin Q (B, n) of normalised relative candidates (B, n, H, A), read by the critic in the task
+        frame of `rows` (the actor's) where given."""
         b, n = cands.shape[:2]
-        z = self.critic.encode(ob, self.stats).repeat_interleave(n, dim=0)
+        z = self.critic.encode(ob, self.stats, rows).z.repeat_interleave(n, dim=0)
         q = torch.minimum(*self.critic.q_from(z, cands.flatten(0, 1)))
         return q.view(b, n)
+
+    @torch.no_grad()
+    def q_values(self, ob: ObsBatch, chunks: Tensor) -> Tensor:
+        """Q(s, chunk) (B,) of absolute env chunks (B, H, A) at observations `ob` (min of the twin heads), the
+        critic reading them in the actor's task frame (frame "task")."""
+        self._require_critic("q_values()")
+        rel = to_relative(chunks.to(torch.float32), gripper_pose(ob.proprio))
+        rows = self.encoder.encode(ob, self.stats).rows
+        frame = self.critic.encode(ob, self.stats, rows).frame
+        cands = self.stats.normalize_actions(self.chunk_in(rel, frame)).unsqueeze(1)
+        return self._q_normalised(ob, cands, rows)[:, 0]
+
+    @torch.no_grad()
+    def state_values(self, ob: ObsBatch) -> Tensor:
+        """V(s) (B,) at observations `ob`."""
+        self._require_critic("state_values()")
+        return self.critic.v_from(self.critic.encode(ob, self.stats, self.encoder.encode(ob, self.stats).rows).z)
 
     @torch.no_grad()
     def value(self, obs: Mapping[str, Any], chunk: np.ndarray | Tensor) -> float:
@@ -362,15 +403,13 @@ class ChunkPolicy(nn.Module):
         self._require_critic("value()")
         ob = self._batch(obs)
         c = torch.as_tensor(np.asarray(chunk, dtype=np.float32)).reshape(1, self.cfg.chunk_len, self.dims.action)
-        rel = to_relative(c, gripper_pose(ob.proprio))
-        return float(self._q_normalised(ob, self.stats.normalize_actions(rel).unsqueeze(1))[0, 0])
+        return float(self.q_values(ob, c)[0])
 
     @torch.no_grad()
     def state_value(self, obs: Mapping[str, Any]) -> float:
         """V(s) for one observation."""
         self._require_critic("state_value()")
-        ob = self._batch(obs)
-        return float(self.critic.v_from(self.critic.encode(ob, self.stats))[0])
+        return float(self.state_values(self._batch(obs))[0])
 
     def reset(self, seed: int | None = None) -> None:
         """Start an episode: clear the action queue and ensembling buffer; optionally reseed sampling."""

@@ -37,11 +37,15 @@ from coda.policy.data import Episode
 from coda.policy.errors import DatasetError
 from coda.policy.features import (
     ACTION_DIM,
+    FRAMES,
     NormStats,
     ObsBatch,
     ObsDims,
+    chunk_in_frame,
     gripper_pose,
+    inputs_in_frame,
     pad_tokens,
+    task_frame,
     to_relative,
     validate_obs,
 )
@@ -69,6 +73,7 @@ class CriticBatch(NamedTuple):
     next_obs: ObsBatch  # B observations s_{t+k}
     phi: Tensor  # (B,) weighted potential w * Phi(s_t) (0 without potentials)
     phi_next: Tensor  # (B,) w * Phi(s_{t+k}) (raw: the terminal convention is applied in the target)
+    goal_rows: Tensor | None = None  # (B, R) entity rows the goal names per role (-1: none), for the task frame
 
 
 @dataclass
@@ -294,9 +299,25 @@ class ChunkDataset:
         """Number of chunk transitions."""
         return len(self.cr_row)
 
-    def stats(self) -> NormStats:
-        """Normalisation statistics of the observations and the BC target chunks."""
-        return NormStats.compute(self.proprio, self.objects, self.object_mask, self.bc_chunk)
+    def stats(self, frame: str = "gripper") -> NormStats:
+        """Normalisation statistics of the observations and the BC target chunks, read in `frame` ("task": each
+        observation in its goal's task frame, `coda.policy.features.task_frame`)."""
+        if frame == "gripper":
+            return NormStats.compute(self.proprio, self.objects, self.object_mask, self.bc_chunk)
+        if frame != "task":
+            raise DatasetError(f"frame = {frame!r}; expected one of {list(FRAMES)}")
+        if not bool((self.goal_rows[:, 0] >= 0).any()):
+            raise DatasetError(
+                f"policy.frame = 'task' needs episodes whose goal names the entity it moves (goal_rows); "
+                f"none of the {self.n_episodes} episodes does (set policy.frame = 'gripper')"
+            )
+        rows = self.goal_rows[self.row_episode]
+        if rows.shape[1] < 2:
+            rows = torch.cat([rows, rows.new_full((rows.shape[0], 2 - rows.shape[1]), -1)], dim=1)
+        f = task_frame(self.objects, self.object_mask, rows[:, :2])
+        proprio, objects = inputs_in_frame(self.proprio, self.objects, self.object_mask, f)
+        chunks = chunk_in_frame(self.bc_chunk, f.index(self.bc_row))
+        return NormStats.compute(proprio, objects, self.object_mask, chunks)
 
     def _tokens(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """Word pieces (..., L, E) and mask (..., L) of string ids (...), L = the longest among them."""
@@ -365,6 +386,7 @@ class ChunkDataset:
             self.obs(self.cr_next[idx]),
             self.cr_phi[idx],
             self.cr_phi_next[idx],
+            self.goal_rows[self.row_episode[self.cr_row[idx]]],
         )
 
     def bc_indices(self, batch_size: int, generator: torch.Generator) -> Tensor:

@@ -216,7 +216,7 @@ def _stop(
 def build_policy(cfg: PolicyConfig, data: ChunkDataset, text: TextEmbedder | None = None) -> ChunkPolicy:
     """A fresh policy sized and normalised for `data`."""
     text = text if text is not None else text_encoder_for(cfg.text_model)
-    policy = ChunkPolicy(cfg, data.dims, data.stats(), text)
+    policy = ChunkPolicy(cfg, data.dims, data.stats(cfg.frame), text)
     policy.remember_goals(*data.goal_memory())
     return policy
 

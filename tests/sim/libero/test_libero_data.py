@@ -24,7 +24,7 @@ def test_demos_train_a_policy_that_the_official_protocol_runs(tmp_path: Path) ->
     assert report.attempted == 1 and report.succeeded == 1 and not report.failed
     data = DemoDataset(report.path)
     assert len(data) == 1
-    cfg = build_config("quick").policy
+    cfg = build_config("quick", overrides=["policy.frame=gripper"]).policy  # LIBERO demos name no goal roles
     ckpt = tmp_path / "sft.pt"
     _, result = train_sft([report.path], cfg, ckpt, steps=20)
     assert result.steps == 20 and ckpt.exists()
