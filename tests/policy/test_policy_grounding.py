@@ -148,6 +148,52 @@ def test_the_goal_value_reads_remembered_wordings_but_never_the_queried_one_itse
     assert value_of(logits)[0].item() == 1.0
 
 
+def test_in_use_a_remembered_wording_answers_with_its_own_value_over_the_prior() -> None:
+    """Training leaves a sample's own wording out; in use (eval mode) a wording remembered with its value
+    decides, even where its neighbours' evidence and the prior point elsewhere ("open ... halfway" vs "open ...")."""
+    from coda.policy.networks import VALUE_BINS, GoalValue, value_of
+
+    g = GoalValue(text_dim=3, entity_dim=2, hidden=8)
+    for p in g.prior.parameters():
+        torch.nn.init.zeros_(p)
+    torch.nn.init.constant_(g.prior[-1].bias, 0.0)
+    with torch.no_grad():
+        g.prior[-1].bias[VALUE_BINS.index(1.0)] = 5.0  # a prior fitted to fully opened drawers
+    half = torch.nn.functional.normalize(torch.tensor([[1.0, 0.3, 0.0]]), dim=1)
+    full = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0, 0.0]]), dim=1)
+    g.set_memory(torch.cat([half, full]), torch.tensor([0.5, 1.0]))
+    entity = torch.zeros(1, 2)
+    g.train()
+    assert value_of(g(half, entity)).item() == 1.0  # its own wording left out: the neighbour and the prior win
+    g.eval()
+    with torch.no_grad():
+        assert value_of(g(half, entity)).item() == 0.5
+        unseen = torch.nn.functional.normalize(torch.tensor([[1.0, 0.15, 0.2]]), dim=1)
+        assert value_of(g(unseen, entity)).item() == 1.0  # an unseen wording: evidence and prior as in training
+
+
+def test_in_training_the_network_acts_on_the_goal_value_it_is_given(hashing) -> None:
+    """The actor reads the demo's own goal value where one is recorded (as it reads the goal's rows), not its
+    own reading of it: the same observation with another given value encodes differently, with none (NaN) it
+    encodes as with the value it reads itself."""
+    from coda.policy.networks import value_of
+    from policy_synthetic import expert_episodes, make_specs
+
+    eps = expert_episodes(make_specs(3, 0))
+    data = ChunkDataset(eps, hashing, chunk_len=4)
+    policy = build_policy(tiny_cfg(frame="gripper"), data, hashing)
+    ob = obs_to_batch([eps[0].observations[0]], hashing)
+    with torch.no_grad():
+        own = policy.encoder.encode(ob, policy.stats)
+        read = float(value_of(own.goal_value)[0, 0])
+        other = 0.0 if read != 0.0 else 1.0
+        same = policy.encoder.encode(ob, policy.stats, values=torch.tensor([read]))
+        none = policy.encoder.encode(ob, policy.stats, values=torch.tensor([float("nan")]))
+        given = policy.encoder.encode(ob, policy.stats, values=torch.tensor([other]))
+    assert torch.equal(same.z, own.z) and torch.equal(none.z, own.z)
+    assert not torch.allclose(given.z, own.z)
+
+
 def test_a_checkpoint_keeps_the_remembered_goals(tmp_path, hashing) -> None:
     from coda.policy.checkpoint import load_policy, save_checkpoint
     from coda.sim.tabletop.env import TabletopEnv

@@ -34,7 +34,8 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
 MAX_POSITIONS = 32  # instruction word-piece positions with a learned embedding (coda.policy.text.MAX_TOKENS)
 ROLES = 2  # pointers over entities: what the instruction moves, and where it goes
 VALUE_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the goal numbers a policy can be asked for (a drawer's opening)
-SAME_TEXT = 0.9999  # a remembered instruction this close to the query is its own wording (left out)
+SAME_TEXT = 0.9999  # a remembered instruction this close to the query is its own wording (left out in training)
+KNOWN_WORDING = 100.0  # logit a remembered wording gives its own value in use (decides over the evidence and prior)
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -136,6 +137,9 @@ class GoalValue(nn.Module):
     unseen wording of a known goal gives; a wording far from everything remembered says little. Prior: from
     the entity the first role points at (its features, e.g. how open the drawer is now), never the words.
     Where the words are clear they decide; where they are not, the value falls back on what such scenes asked.
+    In use (eval mode) a wording that is itself remembered answers with its remembered value: MiniLM puts
+    "open the white drawer halfway" at 0.94 of "open the white drawer", too close for the evidence of its
+    neighbours to outweigh a prior fitted to fully opened drawers.
     """
 
     def __init__(self, text_dim: int, entity_dim: int, hidden: int) -> None:
@@ -157,10 +161,16 @@ class GoalValue(nn.Module):
         if self.memory.shape[0] == 0:
             return prior
         cos = instruction_emb @ self.memory.T  # (B, K)
-        cos = cos.masked_fill(cos > SAME_TEXT, 0.0)
+        own = cos > SAME_TEXT
         per_bin = cos.new_zeros((cos.shape[0], len(VALUE_BINS)))  # a bin nothing remembered supports: cosine 0
-        per_bin = per_bin.scatter_reduce(1, self.memory_bin.expand_as(cos), cos, reduce="amax", include_self=True)
-        return self.log_tau.exp() * per_bin + prior
+        per_bin = per_bin.scatter_reduce(1, self.memory_bin.expand_as(cos), cos.masked_fill(own, 0.0), reduce="amax",
+                                         include_self=True)
+        logits = self.log_tau.exp() * per_bin + prior
+        if self.training:  # a sample's own wording would give its answer away: training sees unseen wordings
+            return logits
+        known = per_bin.new_zeros(per_bin.shape).scatter_reduce(1, self.memory_bin.expand_as(cos), own.to(cos.dtype),
+                                                                 reduce="amax", include_self=True)
+        return logits + KNOWN_WORDING * known  # in use, a wording remembered with its value answers for itself
 
 
 def value_of(logits: Tensor) -> Tensor:
@@ -261,11 +271,15 @@ class ObsEncoder(nn.Module):
         logits = lang + self.layout_pointer(torch.cat([ob, rp], dim=-1))
         return logits.masked_fill(~obs.object_mask.unsqueeze(-1), float("-inf"))
 
-    def encode(self, obs: ObsBatch, stats: NormStats, rows: Tensor | None = None) -> "Encoded":
+    def encode(self, obs: ObsBatch, stats: NormStats, rows: Tensor | None = None,
+               values: Tensor | None = None) -> "Encoded":
         """The (B, hidden) summary with what the instruction was grounded to (None without "tokens").
 
         With frame "task" the pointers read the observation as given; the rest of the network reads it in the
-        task frame of the rows `frame_rows` chooses (`rows` (B, R): the goal's own, in training)."""
+        task frame of the rows `frame_rows` chooses (`rows` (B, R): the goal's own, in training). `values`
+        (B,) are the goals' own numbers where known (NaN: none; training): the network reads them in place of
+        its own reading of the number, as it reads the goal's rows, so it learns to act on the number it is
+        given while `goal_value` learns to read it."""
         pr, ob, rp = stats.normalize_obs(obs)
         desc = self.text_proj(obs.object_emb)  # (B, M, hidden)
         frame = used = None
@@ -290,6 +304,10 @@ class ObsEncoder(nn.Module):
             raw = p.transpose(1, 2) @ torch.cat([rp, ob], dim=-1)  # (B, R, 3 + F): the pointed-to entities' features
             value_logits = self.goal(obs.instruction_emb, raw[:, 0].detach())
             value = value_of(value_logits)  # (B, 1)
+            if values is not None:  # the given number, at its bin (as the network's own reading would be)
+                bins = torch.tensor(VALUE_BINS, dtype=value.dtype)
+                given = bins[(torch.nan_to_num(values.to(value.dtype)).unsqueeze(1) - bins).abs().argmin(dim=1)]
+                value = torch.where(torch.isfinite(values).unsqueeze(1), given.unsqueeze(1), value)
             extra = torch.cat([p, value.unsqueeze(1).expand(b, m, 1)], dim=-1)
         else:
             extra = sentence_grounding(obs)
