@@ -14,19 +14,27 @@ For each family (seeds: training scenes 0, matched and extra scenes 2 and 3, eva
 
 Each policy is rolled out on E valid scenes of every split, under the success rule of the simulator
 (`SimConfig.success_hold_steps`: the goal holds at the end). Ablations rerun the `sft` and `matched`
-policies with one part of the learner changed (`ABLATIONS`).
+policies with one part of the learner changed (`ABLATIONS`). With several `--train-seeds` (`policy.seed`:
+initial weights and batches; the demos and scenes stay the same) every policy is trained once per seed and
+its results pool the seeds' episodes: one training run is not a baseline, its spread across seeds is as
+large as most effects measured here.
 
 Writes `bench/results/learnability.json`:
 
-    {family: {"sft" | "matched" | "sft_only" | "corrective": {split: {"success", "n", "ci95"}}},
-     "ablations": {name: {family: {split: float}}}, "success_rule": str, "meta": {...}}
+    {family: {"sft" | "matched" | "sft_only" | "corrective": {split: {"success", "n", "ci95", "per_seed"}},
+              "paired_vs_sft": {policy: {split: {"diff", "ci95", "p", "n"}}}, "seconds": [...]},
+     "ablations": {name: {family: {policy: {split: float}}}}, "success_rule": str, "meta": {...}}
+
+`paired_vs_sft` compares each policy with the SFT policy of the same training seed on the same scenes
+(paired bootstrap interval and exact McNemar p over seeds x scenes).
 
 Usage:
-    python bench/learnability.py                         # 200 SFT demos, 30 scenes per split, all ablations
+    python bench/learnability.py                         # 200 SFT demos, 50 scenes per split, all ablations
     python bench/learnability.py --fast                  # 40 SFT demos, 10 scenes per split, no ablations
     python bench/learnability.py --families stack --ablations none
-    python bench/learnability.py --ablations sentence_grounding bc --ablation-families pick_place drawer
+    python bench/learnability.py --ablations gripper_frame awr --ablation-families pick_place push
     python bench/learnability.py --families push --ablations none --policies sft sft_only --set engine.retrain=true
+    python bench/learnability.py --families push --ablations none --train-seeds 0 1 2
 Demos, checkpoints and rollouts are kept under --work: a stopped run continues where it stopped.
 """
 
@@ -63,10 +71,11 @@ POLICY = [
 FAST = ["scene.sft_scenes_per_family=40", "bench.eval_scenes_per_split=10", "policy.train_steps=500"]
 # name -> config overrides that switch one part of the learner back to the first build's
 ABLATIONS: dict[str, list[str]] = {
-    "sentence_grounding": ["policy.grounding=sentence"],  # item 1: the first build's grounding features
+    "sentence_grounding": ["policy.grounding=sentence", "policy.frame=gripper"],  # item 1: the first build's grounding and frame
+    "gripper_frame": ["policy.frame=gripper"],  # item 1: chunks along the world's axes from the gripper, not the goal's frame
     "no_grounding_labels": ["policy.grounding_weight=0.0"],  # item 1: pointers learned from BC alone
     "read_motion": ["policy.read_motion=true"],  # the policy reads its own velocity and last grip command
-    "bc": ["engine.improvement=bc"],  # item 2: plain behaviour cloning instead of the critic's advantage weights
+    "awr": ["engine.improvement=awr"],  # item 2: the critic's advantage weights instead of plain behaviour cloning
     "short_finetune": ["policy.finetune_steps=500"],  # item 2: the first build's round length
 }
 POLICIES = ("sft", "matched", "sft_only", "corrective")
@@ -89,16 +98,45 @@ def demos(work: Path, family: str, name: str, specs: list[Any], cfg: Any) -> Pat
 
 
 def evaluate(ckpt: Path, eval_scenes: dict[str, list[Any]], cfg: Any, workers: int, cache: Path) -> dict[str, Any]:
-    """Success per split (Wilson intervals), cached next to the checkpoint."""
+    """Success per split (Wilson intervals) and each scene's outcome (`outcomes`, in scene order, for paired
+    tests), cached next to the checkpoint."""
     from coda.engine.rollout import evaluate_checkpoint
     from coda.policy.stats import success_summary
 
     if cache.exists():
-        return json.loads(cache.read_text())
+        cached = json.loads(cache.read_text())
+        if all("outcomes" in cached[s] for s in SPLITS):
+            return cached
     flat = [(split, s) for split in SPLITS for s in eval_scenes[split]]
     rollouts = evaluate_checkpoint(ckpt, [s for _, s in flat], cfg.sim, workers=workers, record_states=False)
-    out = {split: success_summary([r.success for (sp, _), r in zip(flat, rollouts) if sp == split]) for split in SPLITS}
+    out = {}
+    for split in SPLITS:
+        wins = [bool(r.success) for (sp, _), r in zip(flat, rollouts) if sp == split]
+        out[split] = {**success_summary(wins), "outcomes": wins}
     cache.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def pooled(per_seed: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str, Any]:
+    """One family's results over training seeds: per policy and split the success over every seed's scenes
+    (Wilson interval, `per_seed` rates), and `paired`: each policy against `sft` of the same seed on the same
+    scenes (paired bootstrap interval and McNemar p over seeds x scenes)."""
+    from coda.policy.stats import paired_difference, success_summary
+
+    out: dict[str, Any] = {}
+    for name in names:
+        out[name] = {}
+        for split in SPLITS:
+            wins = [w for r in per_seed for w in r[name][split]["outcomes"]]
+            out[name][split] = {**success_summary(wins), "per_seed": [r[name][split]["success"] for r in per_seed]}
+    if "sft" in names:
+        out["paired_vs_sft"] = {
+            name: {split: paired_difference([w for r in per_seed for w in r[name][split]["outcomes"]],
+                                            [w for r in per_seed for w in r["sft"][split]["outcomes"]])
+                   for split in SPLITS}
+            for name in names if name != "sft"
+        }
+    out["seconds"] = [r["seconds"] for r in per_seed]
     return out
 
 
@@ -153,7 +191,7 @@ def _digest(cfg: Any, sections: tuple[str, ...] | None = None) -> str:
 def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, console: Console,
                policies: tuple[str, ...] = POLICIES) -> dict[str, Any]:
     """The `policies` (default all: SFT, matched, sft_only, corrective) of one family under one learner
-    configuration (`tag`)."""
+    configuration (`tag`), trained with the training seed `cfg.policy.seed` (weights and batches)."""
     from coda.engine.training import finetune
     from coda.policy.train import train_sft
 
@@ -176,7 +214,7 @@ def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, consol
     sft = sft_root / "sft.pt"
     if not sft.exists():
         t0 = time.perf_counter()
-        torch.manual_seed(TRAIN_SEED)
+        torch.manual_seed(cfg.policy.seed)
         train_sft([d_sft], cfg.policy, sft, progress=True)
         times["sft_train_s"] = time.perf_counter() - t0
     out: dict[str, Any] = {}
@@ -187,7 +225,7 @@ def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, consol
         if name in policies and not ckpt.exists():
             new = new_data()
             t0 = time.perf_counter()
-            torch.manual_seed(TRAIN_SEED)
+            torch.manual_seed(cfg.policy.seed)
             finetune(sft, [d_sft], new, cfg, ckpt)
             times[f"{name}_train_s"] = time.perf_counter() - t0
     for name in policies:
@@ -196,7 +234,7 @@ def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, consol
         out[name] = evaluate(where / f"{name}.pt", evals, cfg, workers, where / f"{name}.eval.json")
         times[f"{name}_eval_s"] = time.perf_counter() - t0
         row = "  ".join(f"{s} {out[name][s]['success']:.2f}" for s in SPLITS)
-        console.print(f"[{tag}] {family}/{name}: {row}")
+        console.print(f"[{tag}, training seed {cfg.policy.seed}] {family}/{name}: {row}")
     out["seconds"] = times
     return out
 
@@ -211,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="processes for validity checks and rollouts")
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES,
                     help="the policies trained and evaluated (default all)")
+    ap.add_argument("--train-seeds", nargs="+", type=int, default=[0],
+                    help="training seeds (policy.seed: initial weights and batches); results pool their scenes")
+    ap.add_argument("--ablation-seeds", nargs="+", type=int, default=None,
+                    help="training seeds of the ablations (default: the first of --train-seeds)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     ap.add_argument("--work", type=Path, default=Path("runs/bench_learnability"))
     ap.add_argument("--out", type=Path, default=OUT)
@@ -223,17 +265,24 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown ablation '{a}'. Available: {list(ABLATIONS)}")
     import torch
 
+    def seeded(extra: list[str], seed: int) -> Any:
+        return build_config("full", overrides=base + extra + [f"policy.seed={seed}"])
+
     cfg = build_config("full", overrides=base)
     torch.set_num_threads(cfg.policy.torch_threads)
     t_all = time.perf_counter()
     results: dict[str, Any] = {"ablations": {}}
+    names = tuple(args.policies)
     for family in args.families:
-        results[family] = run_family(family, cfg, "main", args.work, args.workers, console, policies=tuple(args.policies))
+        runs = [run_family(family, seeded([], s), "main", args.work, args.workers, console, policies=names)
+                for s in args.train_seeds]
+        results[family] = pooled(runs, names)
     for a in ablations:
-        acfg = build_config("full", overrides=base + ABLATIONS[a])
         results["ablations"][a] = {}
         for family in args.ablation_families or args.families:
-            r = run_family(family, acfg, a, args.work, args.workers, console, policies=("sft", "matched"))
+            runs = [run_family(family, seeded(ABLATIONS[a], s), a, args.work, args.workers, console,
+                               policies=("sft", "matched")) for s in (args.ablation_seeds or args.train_seeds[:1])]
+            r = pooled(runs, ("sft", "matched"))
             results["ablations"][a][family] = {name: {s: r[name][s]["success"] for s in SPLITS} for name in ("sft", "matched")}
     results["success_rule"] = (f"the goal holds at the end of the episode: it ends solved once the goal has held for "
                                f"{cfg.sim.success_hold_steps} control steps with the gripper off the goal's entities, "
@@ -241,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"] = {"overrides": base, "sft_demos": cfg.scene.sft_scenes_per_family, "matched": MATCHED,
                        "eval_scenes_per_split": cfg.bench.eval_scenes_per_split, "finetune_steps": cfg.policy.finetune_steps,
                        "seeds": {"train": TRAIN_SEED, "eval": EVAL_SEED, "matched": MATCHED_SEED, "extra": EXTRA_SEED},
+                       "training_seeds": args.train_seeds, "ablation_seeds": args.ablation_seeds or args.train_seeds[:1],
                        "engine": {k: v for k, v in cfg.engine.model_dump(mode="json").items()
                                   if k in ("improvement", "replay_weight", "expert_weight")},
                        "wall_s_this_invocation": time.perf_counter() - t_all, "cpus": os.cpu_count()}
