@@ -19,7 +19,7 @@ initial weights and batches; the demos and scenes stay the same) every policy is
 its results pool the seeds' episodes: one training run is not a baseline, its spread across seeds is as
 large as most effects measured here.
 
-Writes `bench/results/learnability.json`:
+Writes `bench/results/learnability.json` (and the same as tables in `learnability.md` beside it):
 
     {family: {"sft" | "matched" | "sft_only" | "corrective": {split: {"success", "n", "ci95", "per_seed"}},
               "paired_vs_sft": {policy: {split: {"diff", "ci95", "p", "n"}}}, "seconds": [...]},
@@ -239,6 +239,40 @@ def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, consol
     return out
 
 
+def markdown(results: dict[str, Any], families: list[str], names: tuple[str, ...], command: str) -> str:
+    """The results as markdown: per family, each policy's success per split pooled over the training seeds
+    (95% Wilson interval), each policy's paired difference to SFT, and the ablations."""
+    meta = results["meta"]
+    lines = [f"# Can the learner use targeted data? ({len(meta['training_seeds'])} training seeds)", "",
+             f"Command: `{command}`", "",
+             f"{meta['sft_demos']} SFT demos, {meta['eval_scenes_per_split']} evaluation scenes per split and training "
+             f"seed (seeds {meta['training_seeds']}); success rule: {results['success_rule']}.", ""]
+    head = "| {} | " + " | ".join(SPLITS) + " |"
+    rule = "|---" * (len(SPLITS) + 1) + "|"
+    for family in families:
+        r = results[family]
+        lines += [f"## {family}", "", head.format("success [95% CI]"), rule]
+        for name in names:
+            cells = [f"{r[name][s]['success']:.2f} [{r[name][s]['ci95'][0]:.2f}, {r[name][s]['ci95'][1]:.2f}]" for s in SPLITS]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        if r.get("paired_vs_sft"):
+            lines += ["", head.format("− sft, paired (p)"), rule]
+            for name, d in r["paired_vs_sft"].items():
+                cells = [f"{d[s]['diff']:+.2f} [{d[s]['ci95'][0]:+.2f}, {d[s]['ci95'][1]:+.2f}] ({d[s]['p']:.2g})" for s in SPLITS]
+                lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", "per training seed: " + "; ".join(
+            f"{name} " + ", ".join(f"{s} {'/'.join(f'{x:.2f}' for x in r[name][s]['per_seed'])}" for s in SPLITS)
+            for name in names), ""]
+    for a, per_family in results["ablations"].items():
+        lines += [f"## ablation `{a}` ({' '.join(ABLATIONS[a])}; training seeds {meta['ablation_seeds']})", "",
+                  head.format("success"), rule]
+        for family, per_name in per_family.items():
+            for name, row in per_name.items():
+                lines.append(f"| {family} {name} | " + " | ".join(f"{row[s]:.2f}" for s in SPLITS) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
@@ -296,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
                        "wall_s_this_invocation": time.perf_counter() - t_all, "cpus": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    command = "python bench/learnability.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.out.with_suffix(".md").write_text(markdown(results, args.families, names, command))
     for name in args.policies:
         table = Table(title=f"{name} (success)")
         table.add_column("family")
