@@ -110,3 +110,60 @@ def test_importing_configs_does_not_import_heavy_libraries() -> None:
             "print(heavy); sys.exit(1 if heavy else 0)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def _sections(model: type) -> list[type]:
+    from coda.config_base import Section
+
+    out = [model]
+    for f in model.model_fields.values():
+        t = f.annotation
+        if isinstance(t, type) and issubclass(t, Section):
+            out += _sections(t)
+    return out
+
+
+def _names_read_in_src() -> set[str]:
+    """Attribute names read anywhere in src/coda outside the configuration classes' own bodies, plus names
+    given to getattr as string constants."""
+    import ast
+
+    import coda
+
+    root = Path(coda.__file__).parent
+    read: set[str] = set()
+
+    class Reads(ast.NodeVisitor):
+        def visit_ClassDef(self, node: ast.ClassDef) -> None:
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+            if bases & {"Section", "CodaConfig"}:
+                return  # a field's own declaration and validators are not a use
+            self.generic_visit(node)
+
+        def visit_Attribute(self, node: ast.Attribute) -> None:
+            if isinstance(node.ctx, ast.Load):
+                read.add(node.attr)
+            self.generic_visit(node)
+
+        def visit_Call(self, node: ast.Call) -> None:
+            if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2:
+                arg = node.args[1]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    read.add(arg.value)
+            self.generic_visit(node)
+
+    for path in root.rglob("*.py"):
+        Reads().visit(ast.parse(path.read_text(), filename=str(path)))
+    return read
+
+
+def test_every_field_is_read_somewhere_in_the_package() -> None:
+    """A setting nothing reads does nothing: each field of every section is read as an attribute (or by
+    getattr) somewhere in the package outside the configuration classes."""
+    read = _names_read_in_src()
+    unread = [f"{sec.__name__}.{name}" for sec in _sections(CodaConfig) for name in sec.model_fields if name not in read]
+    assert not unread, f"config fields nothing in src/coda reads: {unread}"
+
+
+def test_the_unread_field_check_can_fail() -> None:
+    assert "a_field_no_code_reads" not in _names_read_in_src()
