@@ -6,7 +6,10 @@
 - `coda.critic.vlm` — any OpenAI-compatible chat-completions endpoint with image input.
 - `coda.critic.privileged` — diagnoses from the simulator's state trace (`coda.critic.trace`).
 - `coda.critic.noisy` — corrupts a seeded fraction of another critic's diagnoses (ground truth for benches).
-- `coda.critic.verify` — `Verifier.check(diagnosis, episode, ...) -> Verdict`.
+- `coda.critic.verify` — `Verifier.check(diagnosis, episode, ...) -> Verdict` (its records in
+  `coda.critic.verdict`, the counterfactual scene edits in `coda.critic.counterfactual`).
+- `coda.critic.libero` — diagnoses and verification on LIBERO scenes (scene factors in
+  `coda.critic.libero_factors`).
 
 Importing this package is cheap: heavy modules (the openai client, MuJoCo) load only when used.
 """

@@ -94,6 +94,58 @@ def _rests_in(P: Any, s: Any, spec: ScenarioSpec, o: str) -> str | None:
     return None
 
 
+@dataclass
+class _Tally:
+    """Facts gathered step by step while a tabletop trace is read (see `trace_facts`)."""
+
+    P: Any  # predicate module
+    objects: list[str]
+    handles: list[str]  # drawers
+    start: dict[str, np.ndarray]  # object -> horizontal position in the first state
+    target: str | None
+    dest: str | None
+    transport: bool  # an `in` / `on` goal: the target is carried, so letting go of it is a release
+    grasped: dict[str, int] = field(default_factory=dict)
+    lifted: set[str] = field(default_factory=set)
+    closed_near: set[str] = field(default_factory=set)
+    touched: set[str] = field(default_factory=set)
+    tilted: set[str] = field(default_factory=set)
+    moved: dict[str, float] = field(default_factory=dict)
+    min_dist: dict[str, float] = field(default_factory=dict)
+    releases: list[Release] = field(default_factory=list)
+    path: float = 0.0
+
+    def observe(self, t: int, s: Any, prev: Any) -> None:
+        """Fold in state `s` (step `t`), `prev` being the state before it (None for the first)."""
+        P, objects, handles = self.P, self.objects, self.handles
+        self.touched |= (set(s.finger_contacts[0]) | set(s.finger_contacts[1])) - {"table"}
+        for n in (*objects, *handles):
+            d = P.gripper_distance(s, n)
+            self.min_dist[n] = min(self.min_dist[n], d)
+            held = P.grasped(s, n)
+            if held:
+                self.grasped[n] = self.grasped.get(n, 0) + 1
+            near = HANDLE_NEAR if n in handles else float(max(s.size[s.row(n), :2])) + CLOSE_MARGIN
+            if not held and s.grip_cmd < CLOSED and d <= near:
+                self.closed_near.add(n)
+        for o in objects:
+            i = s.row(o)
+            self.moved[o] = max(self.moved[o], float(np.linalg.norm(s.pos[i, :2] - self.start[o])))
+            if _tilted(s, i):
+                self.tilted.add(o)
+            if P.lifted(s, o, 0.03):
+                self.lifted.add(o)
+        if prev is not None:
+            self.path += float(np.linalg.norm(s.gripper_pos - prev.gripper_pos))
+            target, dest = self.target, self.dest
+            if self.transport and P.grasped(prev, target) and not P.grasped(s, target):
+                dist = P.xy_distance(prev, target, dest)
+                j = prev.row(dest)
+                over = dist <= OVER_FRACTION * float(min(prev.size[j, 0], prev.size[j, 1]))
+                self.releases.append(Release(t, s.grip_cmd >= CLOSED, bool(over), float(P.bottom(prev, target)),
+                                             float(dist)))
+
+
 def trace_facts(states: Sequence[Any], spec: ScenarioSpec, predicates: Any = None) -> TraceFacts:
     """Read the facts of an episode from its state trace (at least one state).
 
@@ -113,50 +165,28 @@ def trace_facts(states: Sequence[Any], spec: ScenarioSpec, predicates: Any = Non
     drawer = g.args[0] if g.name == "drawer_fraction" else None
     target = None if drawer else g.args[0]
     dest = None if drawer else g.args[1]
-    transport = g.name in ("in", "on")  # pushing touches with both fingers too: not a grasp to let go of
     objects = [o.name for o in spec.objects]
     handles = [d.name for d in spec.drawers]
     s0 = states[0]
-    start = {o: s0.pos[s0.row(o), :2].copy() for o in objects}
-    grasped: dict[str, int] = {}
-    lifted: set[str] = set()
-    closed_near: set[str] = set()
-    touched: set[str] = set()
-    tilted: set[str] = set()
-    moved = dict.fromkeys(objects, 0.0)
-    min_dist = {n: math.inf for n in (*objects, *handles)}
-    releases: list[Release] = []
-    max_stage, path = 0, 0.0
+    tally = _Tally(
+        P=P,
+        objects=objects,
+        handles=handles,
+        start={o: s0.pos[s0.row(o), :2].copy() for o in objects},
+        target=target,
+        dest=dest,
+        transport=g.name in ("in", "on"),  # pushing touches with both fingers too: not a grasp to let go of
+        moved=dict.fromkeys(objects, 0.0),
+        min_dist={n: math.inf for n in (*objects, *handles)},
+    )
+    max_stage = 0
     phis = np.empty(len(states))
     prev = None
     for t, s in enumerate(states):
         k = pot.stages_done(s)
         max_stage = max(max_stage, k)
         phis[t] = (k + min(pot.progress(s, k), PROGRESS_CAP)) / pot.K
-        touched |= (set(s.finger_contacts[0]) | set(s.finger_contacts[1])) - {"table"}
-        for n in (*objects, *handles):
-            d = P.gripper_distance(s, n)
-            min_dist[n] = min(min_dist[n], d)
-            held = P.grasped(s, n)
-            if held:
-                grasped[n] = grasped.get(n, 0) + 1
-            near = HANDLE_NEAR if n in handles else float(max(s.size[s.row(n), :2])) + CLOSE_MARGIN
-            if not held and s.grip_cmd < CLOSED and d <= near:
-                closed_near.add(n)
-        for o in objects:
-            i = s.row(o)
-            moved[o] = max(moved[o], float(np.linalg.norm(s.pos[i, :2] - start[o])))
-            if _tilted(s, i):
-                tilted.add(o)
-            if P.lifted(s, o, 0.03):
-                lifted.add(o)
-        if prev is not None:
-            path += float(np.linalg.norm(s.gripper_pos - prev.gripper_pos))
-            if transport and P.grasped(prev, target) and not P.grasped(s, target):
-                dist = P.xy_distance(prev, target, dest)
-                j = prev.row(dest)
-                over = dist <= OVER_FRACTION * float(min(prev.size[j, 0], prev.size[j, 1]))
-                releases.append(Release(t, s.grip_cmd >= CLOSED, bool(over), float(P.bottom(prev, target)), float(dist)))
+        tally.observe(t, s, prev)
         prev = s
     last = states[-1]
     fractions = None
@@ -170,20 +200,20 @@ def trace_facts(states: Sequence[Any], spec: ScenarioSpec, predicates: Any = Non
         target=target,
         destination=dest,
         drawer=drawer,
-        grasped=grasped,
-        lifted=frozenset(lifted),
-        closed_near=frozenset(closed_near),
-        touched=frozenset(touched),
-        tilted=frozenset(tilted),
-        moved=moved,
-        releases=tuple(releases),
+        grasped=tally.grasped,
+        lifted=frozenset(tally.lifted),
+        closed_near=frozenset(tally.closed_near),
+        touched=frozenset(tally.touched),
+        tilted=frozenset(tally.tilted),
+        moved=tally.moved,
+        releases=tuple(tally.releases),
         rests_in=_rests_in(P, last, spec, target) if target else None,
         end_dist=float(P.xy_distance(last, target, dest)) if target and dest else None,
         stage_kinds=tuple(st.kind for st in pot.program.stages),
         max_stage=max_stage,
         phi=phis,
-        min_dist=min_dist,
-        gripper_path=path,
+        min_dist=tally.min_dist,
+        gripper_path=tally.path,
         drawer_fractions=fractions,
     )
 

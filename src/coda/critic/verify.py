@@ -36,80 +36,31 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from coda.critic.base import EpisodeRecord
 from coda.critic.config import CriticConfig
+from coda.critic.counterfactual import factor_ops, role_of, swapped_pairs, training_region, undo_factor
 from coda.critic.diagnosis import CriticResult, Diagnosis, SceneFactor
-from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS, entity_xy
+from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS
 from coda.critic.trace import MOVED, TraceFacts, trace_facts
+from coda.critic.verdict import (
+    CHECKS,
+    VERDICT_SCHEMA_VERSION,
+    CheckName,
+    CheckResult,
+    FactorTrial,
+    Verdict,
+    VerifyError,
+)
 from coda.errors import CodaError
-from coda.scene.spec import PALETTE, ScenarioSpec
+from coda.scene.spec import ScenarioSpec
 from coda.shaping.config import ShapingConfig
-from coda.shaping.program import entity_kinds
 from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time, try_parse_plan
 
-VERDICT_SCHEMA_VERSION = 1
-CheckName = Literal["consistency", "counterfactual", "potential"]
-CHECKS: tuple[CheckName, ...] = ("consistency", "counterfactual", "potential")
 PolicySuccess = Callable[[ScenarioSpec], bool]
-
-
-class VerifyError(CodaError, ValueError):
-    """The verifier was asked something it cannot do (unknown check name, ...)."""
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CheckResult(_Frozen):
-    """One check of a verdict."""
-
-    name: CheckName
-    status: Literal["passed", "failed", "not_run"]
-    reason: str  # one line: why it passed / failed / did not run
-    details: dict[str, float | int | str | bool | None] = Field(default_factory=dict)  # measured numbers
-
-
-class FactorTrial(_Frozen):
-    """The counterfactual test of one implicated factor."""
-
-    factor: SceneFactor
-    ops: tuple[dict[str, Any], ...] = ()  # operator calls that apply it ({"op": ..., "args": {...}})
-    n: int = 0  # derived scenes evaluated
-    base_failure_rate: float | None = None
-    factor_failure_rate: float | None = None
-    sufficient: bool | None = None  # applied to solved base scenes, it made them fail (None: could not run)
-    undone_n: int = 0  # variants of the failed scene with the factor undone that were evaluated
-    undone_success_rate: float | None = None
-    necessary: bool | None = None  # undone in the failed scene, the policy then succeeds (None: could not run)
-    reproduced: bool = False  # every test that ran passed, and at least one ran
-    swapped_with: str | None = None  # the entity it trades places with: the pair is tested as one swap
-    error: str = ""  # why the factor could not be applied, if it could not
-    undo_error: str = ""  # why it could not be undone, if it could not
-
-
-class Verdict(_Frozen):
-    """Whether a diagnosis is accepted, with every check's result."""
-
-    schema_version: int = VERDICT_SCHEMA_VERSION
-    record: Literal["verdict"] = "verdict"
-    episode_id: str | None
-    critic: str
-    failure_mode: str | None  # None when the critic's answer itself was rejected
-    accepted: bool
-    checks: tuple[CheckResult, ...]
-    trials: tuple[FactorTrial, ...] = ()
-    verified_factors: tuple[SceneFactor, ...] = ()  # factors whose counterfactual reproduced the failure
-    reasons: tuple[str, ...] = ()  # why it was rejected (empty when accepted)
-
-    def check(self, name: CheckName) -> CheckResult | None:
-        """The result of one check, if it is part of the verdict."""
-        return next((c for c in self.checks if c.name == name), None)
 
 
 # ---- (a) consistency ---------------------------------------------------------------------------------
@@ -230,202 +181,6 @@ def check_consistency(d: Diagnosis, f: TraceFacts, stage_slack: int = 1) -> Chec
 
 
 # ---- (b) counterfactual ------------------------------------------------------------------------------
-
-
-def role_of(name: str | None, spec: ScenarioSpec) -> str:
-    """The role of an entity in a scene — target, goal, alt or other (None means the target): a reference
-    that carries over to other scenes, where entity names do not."""
-    g = spec.goal[0]
-    if name is None or name == g.args[0]:
-        return "target"
-    if len(g.args) > 1 and name == g.args[1]:
-        return "goal"
-    goal = {a for x in spec.goal for a in x.args}
-    if entity_kinds(spec).get(name) in ("container", "region") and name not in goal:
-        return "alt"
-    return "other"
-
-
-def _num(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[dict[str, Any]]:
-    """Scene-operator calls that apply one factor to *another* scene of the family (entities by role).
-
-    Raises:
-        VerifyError: the factor's value cannot be expressed with the registered operators.
-    """
-    from coda.scene.regions import REGIONS
-
-    ref = role_of(f.entity, spec)
-    if f.kind in ("position", "region"):
-        if f.value == "robot_start":
-            return [{"op": "move_robot_start", "args": {}}]
-        if f.value not in REGIONS:
-            raise VerifyError(f"factor {f.kind} value {f.value!r} is not a named region ({sorted(REGIONS)})")
-        return [{"op": "place_in_region", "args": {"object": ref, "region": f.value}}]
-    if f.kind == "instruction":
-        return [{"op": "paraphrase", "args": {"tier": tier, "p_synonym": 1.0}}]
-    if f.kind == "task":  # same layout, another goal: another target object, destination or drawer fraction
-        return [{"op": "change_task", "args": {"change": "any"}}]
-    if f.kind == "distractor":
-        return [{"op": "add_distractors", "args": {"n": 1, "kind": "lookalike", "region": "near_target"}}]
-    if f.kind == "object_attribute":
-        attr, _, val = f.value.partition("=")
-        attr, val = attr.strip().lower(), val.strip().lower()
-        if attr in ("color", "colour"):
-            return [{"op": "recolor", "args": {"object": ref, "colors": [val] if val in PALETTE else None}}]
-        if attr == "size":
-            scale = {"large": (1.15, 1.4), "small": (0.7, 0.9)}.get(val, (0.7, 1.4))
-            return [{"op": "resize", "args": {"object": ref, "scale": scale}}]
-        if attr == "shape":
-            shapes = [val] if val in ("box", "cylinder", "sphere") else ["box", "cylinder", "sphere"]
-            return [{"op": "reshape", "args": {"object": ref, "shapes": shapes}}]
-        raise VerifyError(f"factor object_attribute value {f.value!r}: attribute must be color, size or shape")
-    # physics
-    name, _, num = f.value.partition("=")
-    v = _num(num.strip())
-    key = name.strip().lower().removesuffix("_scale")
-    if key in ("friction", "mass"):
-        rng = (v * 0.9, v * 1.1) if v and v > 0 else ({"friction": (0.3, 0.5), "mass": (2.0, 4.0)}[key])
-        return [{"op": "scale_physics", "args": {key: rng}}]
-    if key == "damping":
-        return [{"op": "scale_physics", "args": {"damping": (2.0, 4.0)}}]
-    raise VerifyError(f"factor physics value {f.value!r}: expected friction_scale=x, mass_scale=x or damping")
-
-
-def training_region(name: str, spec: ScenarioSpec) -> str | None:
-    """The named region where the family's training distribution (`SFT_PARAMS`) puts an entity's role."""
-    from coda.scene.splits import SFT_PARAMS
-
-    params = SFT_PARAMS.get(spec.family, {})
-    role = role_of(name, spec)
-    objects = {o.name for o in spec.objects}
-    key = "goal_region" if (role == "target" and name not in objects) else {
-        "target": "target_region", "goal": "goal_region", "alt": "alt_region", "other": "others_region"}[role]
-    return params.get(key)
-
-
-def swapped_pairs(factors: Sequence[SceneFactor], spec: ScenarioSpec) -> dict[int, int]:
-    """Position factors (index -> partner index) whose entities sit in each other's training regions: a
-    swapped layout, which is applied and undone as one swap (moving either entity alone would collide)."""
-    from coda.scene.regions import REGIONS
-
-    names = _entity_names(spec)
-    pos = [i for i, f in enumerate(factors)
-           if f.kind in ("position", "region") and f.value != "robot_start" and f.entity in names]
-    pairs: dict[int, int] = {}
-    for i in pos:
-        for j in pos:
-            a, b = factors[i].entity, factors[j].entity
-            if i >= j or i in pairs or j in pairs or a == b or role_of(a, spec) == role_of(b, spec):
-                continue
-            ra, rb = training_region(a, spec), training_region(b, spec)  # type: ignore[arg-type]
-            if (ra in REGIONS and rb in REGIONS and REGIONS[ra].contains(*entity_xy(spec, b), tol=0.005)
-                    and REGIONS[rb].contains(*entity_xy(spec, a), tol=0.005)):
-                pairs[i], pairs[j] = j, i
-    return pairs
-
-
-def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) -> ScenarioSpec:
-    """`spec` with one factor put back as the family's training distribution (`SFT_PARAMS`) has it.
-
-    position -> the entity (default: the target) re-placed in its role's training region; robot_start ->
-    the default start pose; instruction -> the canonical instruction; distractor -> the named non-goal
-    object removed, else the non-goal objects beyond the training count, those most like the target (same
-    colour, same shape, outside the training region of other objects) first; object_attribute -> a training colour, the training size range
-    (target) or a box; physics -> nominal friction, mass and drawer damping. A factor already as in
-    training (the entity inside its training region, a training colour...) comes back unchanged: undoing it
-    cannot be what would fix the failure.
-
-    Raises:
-        VerifyError: the factor has no undo here (a task factor, an unknown entity, an edit that does not fit).
-    """
-    from coda.scene.language import canonical_instruction
-    from coda.scene.layout import problems
-    from coda.scene.operators import derive, goal_names
-    from coda.scene.regions import REGIONS
-    from coda.scene.spec import DrawerSpec, PhysicsSpec, RobotStart
-    from coda.scene.splits import SFT_COLORS, SFT_FIXTURES, SFT_PARAMS
-
-    params = SFT_PARAMS.get(spec.family, {})
-    target = spec.goal[0].args[0]
-    objects = {o.name: o for o in spec.objects}
-    name = f.entity or target
-
-    def ops(*calls: tuple[str, dict[str, Any]]) -> ScenarioSpec:
-        try:
-            return derive(rng, spec, list(calls))
-        except CodaError as e:
-            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: {str(e).splitlines()[0]}") from None
-
-    def edited(**changes: Any) -> ScenarioSpec:
-        out = spec.replace(**changes)
-        found = problems(out)
-        if found:
-            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: {found[0]}")
-        return out
-
-    if f.kind in ("position", "region"):
-        if f.value == "robot_start":
-            return edited(robot=RobotStart().model_dump())
-        if name not in _entity_names(spec):
-            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: no entity '{name}' in the scene")
-        region = training_region(name, spec)
-        if region is None:
-            raise VerifyError(f"cannot undo {f.kind}={f.value!r}: family '{spec.family}' has no training region "
-                              f"for the {role_of(name, spec)} '{name}'")
-        if REGIONS[region].contains(*entity_xy(spec, name), tol=0.005):
-            return spec  # already where training puts it
-        return ops(("place_in_region", {"object": name, "region": region}))
-    if f.kind == "instruction":
-        return spec.replace(instruction=canonical_instruction(spec))
-    if f.kind == "task":
-        raise VerifyError("a task factor has no undo: the goal is what the episode asked for")
-    if f.kind == "distractor":
-        in_goal = set(goal_names(spec))
-        others = [o for o in spec.objects if o.name not in in_goal]
-        excess = len(others) - int(params.get("n_others", (1, 3))[1])
-        if excess <= 0:
-            return spec  # no more non-goal objects than in training
-        if f.entity in {o.name for o in others}:
-            drop = {f.entity}
-        else:  # the objects beyond the training count, the most target-like first
-            t = objects.get(target)
-            home = REGIONS.get(str(params.get("others_region", "table")))
-
-            def alike(o: Any) -> tuple[int, int, int]:
-                return (int(t is not None and o.color == t.color), int(t is not None and o.shape == t.shape),
-                        int(home is not None and not home.contains(*o.pos)))
-
-            drop = {o.name for o in sorted(others, key=alike, reverse=True)[:excess]}
-        return edited(objects=[o.model_dump() for o in spec.objects if o.name not in drop])
-    if f.kind == "object_attribute":
-        attr = f.value.partition("=")[0].strip().lower()
-        if attr in ("color", "colour"):
-            colors = list(SFT_COLORS if name in objects else SFT_FIXTURES)
-            if name in _entity_names(spec) and getattr(spec.entity(name), "color", None) in colors:
-                return spec
-            return ops(("recolor", {"object": name, "colors": colors}))
-        if attr == "size" and name == target and name in objects:
-            lo, hi = params.get("target_half", (0.02, 0.025))
-            if lo - 1e-6 <= min(objects[name].size[:2]) <= hi + 1e-6:
-                return spec
-            return ops(("resize", {"object": name, "half": [lo, hi]}))
-        if attr == "shape" and name in objects:
-            return spec if objects[name].shape == "box" else ops(("reshape", {"object": name, "shapes": ["box"]}))
-        raise VerifyError(f"cannot undo object_attribute {f.value!r} of '{name}'")
-    damping = DrawerSpec.model_fields["damping"].default
-    return edited(physics=PhysicsSpec().model_dump(),
-                  drawers=[d.model_copy(update={"damping": damping}).model_dump() for d in spec.drawers])
-
-
-def _entity_names(spec: ScenarioSpec) -> set[str]:
-    return {e.name for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)}
 
 
 def _trial_reason(t: FactorTrial) -> str:
@@ -704,3 +459,22 @@ class Verifier:
                 demos.append(ep.states)
         self._demos[key] = demos
         return demos
+
+
+__all__ = [
+    "CHECKS",
+    "VERDICT_SCHEMA_VERSION",
+    "CheckName",
+    "CheckResult",
+    "FactorTrial",
+    "PolicySuccess",
+    "Verdict",
+    "Verifier",
+    "VerifyError",
+    "check_consistency",
+    "factor_ops",
+    "role_of",
+    "swapped_pairs",
+    "training_region",
+    "undo_factor",
+]

@@ -179,18 +179,16 @@ def _mentions_gripper(rest: str) -> bool:
     return bool(re.search(r"\b(?:gripper|fingers|hand|claw)\b", rest))
 
 
-def parse_step(step: str, spec: ScenarioSpec, ctx: _Context) -> Stage:
-    """One step in words → one Stage. Raises PlanParseError naming the words it could not map."""
+def _stage_class(step: str) -> tuple[str, str]:
+    """(stage class, rest of the step) of one step in words: the verb's class (`_VERBS`), read in
+    context ("close the gripper on" grasps, "open the gripper" releases, "push the drawer" closes it).
+    Raises PlanParseError for an unknown verb or a drawer to move."""
     m = re.match(r"([a-z]+)\b\s*(.*)$", step)
     if not m or m.group(1) not in _VERBS:
         first = m.group(1) if m else step
         raise PlanParseError(f"cannot map step '{step}': '{first}' is not a known stage verb", step)
     verb, rest = m.group(1), m.group(2)
     cls = _VERBS[verb]
-    kinds = entity_kinds(spec)
-    obj_kinds = ("object",)
-    target_kinds = ("container", "object", "region")
-
     if cls == "close" and verb == "close" and _mentions_gripper(rest):
         cls = "grasp"  # "close the gripper on the red cube"
     if cls == "open" and verb == "open" and _mentions_gripper(rest):
@@ -201,6 +199,15 @@ def parse_step(step: str, spec: ScenarioSpec, ctx: _Context) -> Stage:
         cls = "close"  # "push the drawer closed"
     if cls == "move" and re.search(r"\bdrawer\b", rest):
         raise PlanParseError(f"cannot map step '{step}': say open or close for a drawer", step)
+    return cls, rest
+
+
+def parse_step(step: str, spec: ScenarioSpec, ctx: _Context) -> Stage:
+    """One step in words → one Stage. Raises PlanParseError naming the words it could not map."""
+    cls, rest = _stage_class(step)
+    kinds = entity_kinds(spec)
+    obj_kinds = ("object",)
+    target_kinds = ("container", "object", "region")
 
     if cls in ("reach", "go"):
         obj_part, prep, target = _split_target(rest)

@@ -1,0 +1,246 @@
+"""Scene factors of a LIBERO scenario: what its BDDL changes relative to its task's official BDDL.
+
+`scenario_factors` lists them: an object's initial region (reassigned, moved or widened: `position`), the
+goal (`task`), or the instruction alone (`instruction`). `undo_factor` puts one factor back as the official
+task has it, `transplant_factor` copies it into another scenario of the same task: the verifier's
+single-factor counterfactuals (`coda.critic.libero_verify`). Edits are made on the BDDL text itself, so
+everything a factor does not touch stays byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+import numpy as np
+
+from coda.critic.diagnosis import SceneFactor
+from coda.sim.libero import suites as S
+from coda.sim.libero.bddl_edit import region_ranges
+from coda.sim.libero.errors import LiberoError
+from coda.sim.libero.operators import init_regions
+from coda.sim.libero.scenario import LiberoScenario
+from coda.sim.libero.state import category_words
+
+
+class LiberoDiagnosisError(LiberoError):
+    """A scene factor cannot be undone or transplanted; the message names the factor and why."""
+
+
+# ---- BDDL text helpers ---------------------------------------------------------------------------------
+
+_REGION = re.compile(r"\(\s*([A-Za-z0-9_]+)\s*\(\s*:target\s+([A-Za-z0-9_]+)\s*\)")
+_NUM = r"-?\d+(?:\.\d*)?(?:[eE]-?\d+)?"
+
+
+def _region_names(text: str) -> dict[str, str]:
+    """Init reference (`floor_target_object_region`) -> region name (`target_object_region`)."""
+    return {f"{target}_{name}": name for name, target in _REGION.findall(text)}
+
+
+def bddl_regions(text: str) -> dict[str, dict[str, str]]:
+    """The BDDL regions as LIBERO's parser keys them: `basket_1_contain_region` -> {"target": "basket_1"}."""
+    return {f"{target}_{name}": {"target": target} for name, target in _REGION.findall(text)}
+
+
+def _rect_span(text: str, region: str) -> tuple[int, int] | None:
+    """Span of the four numbers of the region's first `(:ranges ...)` rectangle; None without ranges."""
+    pattern = re.compile(r"\(\s*" + re.escape(region) + r"\s*\(\s*:target\s+[^\s()]+\s*\)\s*\(\s*:ranges\s*\(\s*\(\s*"
+                         rf"({_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM})\s*\)", flags=re.IGNORECASE)
+    m = pattern.search(text)
+    return (m.start(1), m.end(1)) if m else None
+
+
+def _rect(text: str, region: str | None) -> tuple[float, float, float, float] | None:
+    if region is None or _rect_span(text, region) is None:
+        return None
+    return region_ranges(text, region)
+
+
+def _copy_rect(dst: str, src: str, region: str) -> str:
+    """`dst` with the region's rectangle text copied byte for byte from `src` (unchanged if either lacks it)."""
+    a, b = _rect_span(dst, region), _rect_span(src, region)
+    if a is None or b is None:
+        return dst
+    return dst[: a[0]] + src[b[0] : b[1]] + dst[a[1] :]
+
+
+def _section_span(text: str, key: str) -> tuple[int, int] | None:
+    """Span of the top-level `(<key> ...)` form (parentheses matched), or None."""
+    m = re.search(r"\(\s*" + re.escape(key) + r"(?=[\s()])", text, flags=re.IGNORECASE)
+    if m is None:
+        return None
+    depth = 0
+    for i in range(m.start(), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return m.start(), i + 1
+    return None
+
+
+def _copy_section(dst: str, src: str, key: str, factor: SceneFactor) -> str:
+    a, b = _section_span(dst, key), _section_span(src, key)
+    if b is None:
+        return dst
+    if a is None:
+        raise LiberoDiagnosisError(f"factor {_name(factor)}: the BDDL text has no ({key} ...) section to replace")
+    return dst[: a[0]] + src[b[0] : b[1]] + dst[a[1] :]
+
+
+def _set_init(text: str, obj: str, ref: str) -> str:
+    """`text` with `(On obj ...)` of the `(:init ...)` section placing `obj` in `ref`."""
+    span = _section_span(text, ":init")
+    if span is None:
+        raise LiberoDiagnosisError(f"the BDDL text has no (:init ...) section to place {obj!r} in")
+    body, n = re.subn(rf"\(\s*On\s+{re.escape(obj)}\s+[A-Za-z0-9_]+\s*\)", f"(On {obj} {ref})",
+                      text[span[0] : span[1]], count=1, flags=re.IGNORECASE)
+    if n != 1:
+        raise LiberoDiagnosisError(f"(:init ...) has no (On {obj} region) clause")
+    return text[: span[0]] + body + text[span[1] :]
+
+
+def _name(f: SceneFactor) -> str:
+    return f"{f.kind}:{f.entity}={f.value!r}"
+
+
+def _official(scenario: LiberoScenario) -> str:
+    return S.get_task(scenario.suite, scenario.task_id).bddl_text()
+
+
+def _rebuilt(scenario: LiberoScenario, text: str, official: str, seed: int) -> LiberoScenario:
+    return replace(scenario, bddl=None if text == official else text, init_state=None, seed=int(seed))
+
+
+# ---- scene factors -----------------------------------------------------------------------------------
+
+
+def swap_partner(text: str, official: str, obj: str) -> str | None:
+    """The object that now starts in `obj`'s official region while its own official region is another."""
+    now, then = init_regions(text), init_regions(official)
+    if obj not in then or now.get(obj) == then[obj]:
+        return None
+    return next((p for p, r in now.items() if p != obj and r == then[obj] and then.get(p) != r), None)
+
+
+def _position_factor(obj: str, text: str, official: str, words: dict[str, str]) -> SceneFactor | None:
+    now, then = init_regions(text), init_regions(official)
+    ref, ref0 = now[obj], then.get(obj)
+    names, names0 = _region_names(text), _region_names(official)
+    rect, rect0 = _rect(text, names.get(ref)), _rect(official, names0.get(ref0) if ref0 else None)
+    value = f"{(rect[0] + rect[2]) / 2:.3f},{(rect[1] + rect[3]) / 2:.3f}" if rect else ref
+    w = words.get(obj, obj)
+    if ref != ref0:
+        owner = next((p for p, r in then.items() if r == ref and p != obj), None)
+        detail = (f"the {w} is swapped with the {words.get(owner, owner)}: it starts in that object's region {ref}"
+                  if owner else f"the {w} starts in region {ref} instead of {ref0}")
+        return SceneFactor(kind="position", entity=obj, value=value, detail=detail)
+    if rect is None or rect0 is None or np.allclose(rect, rect0, atol=1e-6):
+        return None
+    dx, dy = (rect[0] + rect[2] - rect0[0] - rect0[2]) / 2, (rect[1] + rect[3] - rect0[1] - rect0[3]) / 2
+    grow = ((rect[2] - rect[0]) - (rect0[2] - rect0[0]) + (rect[3] - rect[1]) - (rect0[3] - rect0[1])) / 4
+    parts = []
+    if math.hypot(dx, dy) > 1e-6:
+        parts.append(f"moved by ({dx:+.3f}, {dy:+.3f}) m")
+    if abs(grow) > 1e-6:
+        parts.append(f"{'widened' if grow > 0 else 'narrowed'} by {abs(grow):.3f} m on each side")
+    return SceneFactor(kind="position", entity=obj, value=value,
+                       detail=f"the {w}'s initial region {names.get(ref, ref)} is {' and '.join(parts)}")
+
+
+def scenario_factors(scenario: LiberoScenario) -> list[SceneFactor]:
+    """What the scenario's BDDL changes relative to its task's official BDDL (see the module docstring):
+    `task` (another goal), `instruction` (the same goal, other words), then `position` per object whose
+    initial region is reassigned or has other ranges. The official BDDL has none.
+
+    Raises:
+        LiberoError: unknown suite or task, or malformed BDDL text.
+    """
+    if scenario.bddl is None:
+        return []
+    text, official = scenario.bddl_text(), _official(scenario)
+    if text == official:
+        return []
+    objects = S.bddl_objects(text)
+    words = {n: category_words(c) for n, c in objects.items()}
+    out: list[SceneFactor] = []
+    goal, goal0 = S.bddl_goal(text), S.bddl_goal(official)
+    language = S.bddl_language(text)
+    if goal != goal0:
+        obj = goal[0][1] if len(goal[0]) > 1 else goal[0][0]
+        old = goal0[0][1] if len(goal0[0]) > 1 else goal0[0][0]
+        out.append(SceneFactor(kind="task", entity=obj, value=words.get(obj, obj)[:200],
+                               detail=f"the task asks to move the {words.get(obj, obj)} instead of the {words.get(old, old)}"))
+    elif language != S.bddl_language(official):
+        out.append(SceneFactor(kind="instruction", entity=None, value=language[:200],
+                               detail=f"the instruction is reworded from '{S.bddl_language(official)}'"))
+    for obj in (o for o in objects if o in init_regions(text)):
+        f = _position_factor(obj, text, official, words)
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def undo_factor(scenario: LiberoScenario, factor: SceneFactor, seed: int) -> LiberoScenario:
+    """The scenario with one factor as the official BDDL has it (placements sampled with `seed`).
+
+    position: the object's official region assignment and ranges (and a swapped partner's); instruction:
+    the official language; task: the official goal, objects of interest and language.
+
+    Raises:
+        LiberoDiagnosisError: the factor's kind or entity has no official counterpart to restore.
+    """
+    text, official = scenario.bddl_text(), _official(scenario)
+    return _rebuilt(scenario, _with_factor_of(text, official, official, factor, swapped=text, verb="undone"),
+                    official, seed)
+
+
+def transplant_factor(source: LiberoScenario, factor: SceneFactor, base: LiberoScenario, seed: int) -> LiberoScenario:
+    """`base` with one factor as `source` has it (same suite and task; placements sampled with `seed`).
+
+    Raises:
+        LiberoDiagnosisError: the tasks differ, or the factor cannot be expressed in BDDL.
+    """
+    if (source.suite, source.task_id) != (base.suite, base.task_id):
+        raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be transplanted from suite '{source.suite}' task "
+                                   f"{source.task_id} into suite '{base.suite}' task {base.task_id}: tasks differ")
+    src, official = source.bddl_text(), _official(base)
+    return _rebuilt(base, _with_factor_of(base.bddl_text(), src, official, factor, swapped=src, verb="transplanted"),
+                    official, seed)
+
+
+def _with_factor_of(text: str, src: str, official: str, factor: SceneFactor, *, swapped: str, verb: str) -> str:
+    """`text` with the BDDL parts of one factor copied from `src`: an object's (:init ...) region and its
+    ranges (with the object it was swapped with, a swap being read from `swapped` against `official`), the
+    (:language ...), or the goal with its objects of interest and language."""
+    if factor.kind == "position":
+        placed = init_regions(src)
+        obj = factor.entity
+        if obj is None or obj not in placed or obj not in init_regions(text):
+            raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be {verb}: {obj!r} is not an object placed "
+                                       f"in both scenarios; placed: {sorted(placed)}")
+        partner = swap_partner(swapped, official, obj)
+        names = _region_names(src)
+        for o in (obj, partner) if partner else (obj,):
+            text = _set_init(text, o, placed[o])
+            if placed[o] in names:
+                text = _copy_rect(text, src, names[placed[o]])
+        return text
+    if factor.kind == "instruction":
+        return _copy_section(text, src, ":language", factor)
+    if factor.kind == "task":
+        for key in (":goal", ":obj_of_interest", ":language"):
+            text = _copy_section(text, src, key, factor)
+        return text
+    raise LiberoDiagnosisError(f"factor {_name(factor)} cannot be {verb} in LIBERO: only position, instruction "
+                               "and task factors can")
+
+
+__all__ = [
+    "LiberoDiagnosisError",
+    "bddl_regions",
+    "scenario_factors",
+    "swap_partner",
+    "transplant_factor",
+    "undo_factor",
+]
