@@ -49,11 +49,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from coda.critic.diagnosis import Diagnosis, SceneFactor
 from coda.critic.verify import VerifyError, factor_ops
 from coda.engine.modes import Mode, ModeError, entity_for_role, parse_mode_key, role_of
+from coda.engine.widening import combined_factors, merge_placements, neighbourhood, widen
 from coda.errors import CodaError
 from coda.scene.generators import validation_message
 from coda.scene.programs import GenerationProgram, ProgramError, make_scene
-from coda.scene.regions import GRID_REGIONS
-from coda.scene.spec import FAMILIES, PALETTE, ScenarioSpec
+from coda.scene.spec import FAMILIES, ScenarioSpec
 from coda.scene.splits import SFT_PARAMS, split_program
 from coda.shaping.program import StageProgram
 from coda.shaping.text2potential import PlanRejected, try_parse_plan
@@ -65,8 +65,6 @@ OUTCOMES: tuple[Outcome, ...] = ("active", "solved", "stuck")
 
 # Typical values of a "low" / "high" physics factor (the OOD physics split's ranges' centres).
 _PHYSICS_MID = {("friction", "low"): 0.4, ("friction", "high"): 2.0, ("mass", "low"): 0.4, ("mass", "high"): 3.0}
-_PHYSICS_MAX = {"friction": 5.0, "mass": 10.0}  # PhysicsSpec bounds
-_SIZE_RANGE = {"large": (1.15, 1.4), "small": (0.7, 0.9)}  # factor_ops's scale ranges
 
 
 class CompileError(CodaError, ValueError):
@@ -129,35 +127,6 @@ def reference_scene(family: str) -> ScenarioSpec:
     return make_scene(split_program(family, "sft", 1, 0), 0)
 
 
-def _grid_cell(region: str) -> str | None:
-    """The 3 x 3 grid cell a region lies in (itself for a grid cell), or None for table-wide strips."""
-    if region in GRID_REGIONS:
-        return region
-    if region.startswith("spot_") and region[5:] in GRID_REGIONS:
-        return region[5:]
-    return None
-
-
-def _cell_rc(cell: str) -> tuple[int, int]:
-    r = 0 if cell.startswith("near") else (2 if cell.startswith("far") else 1)
-    c = 0 if cell.endswith("right") else (2 if cell.endswith("left") else 1)
-    return r, c
-
-
-def neighbourhood(region: str, level: int) -> list[str]:
-    """Regions a position factor spreads over at `level`: the region itself at 0; then grid cells within
-    Manhattan distance level - 1 of its cell for a 6 cm spot (level for a grid cell); the table for strips."""
-    if level <= 0:
-        return [region]
-    cell = _grid_cell(region)
-    if cell is None:
-        return [region, "table"] if region != "table" else ["table"]
-    radius = level - 1 if region != cell else level
-    r0, c0 = _cell_rc(cell)
-    near = [g for g in GRID_REGIONS if abs(_cell_rc(g)[0] - r0) + abs(_cell_rc(g)[1] - c0) <= radius]
-    return ([region] if region != cell else []) + sorted(near, key=lambda g: (g != cell, g))
-
-
 def _factor(token: str, ref: ScenarioSpec, family: str, where: str) -> tuple[SceneFactor, str]:
     """The SceneFactor a token stands for in the reference scene, and the role it concerns."""
     m = re.match(r"^([a-z_]+)(?:@([a-z_]+))?(?::(.*))?$", token)
@@ -179,74 +148,6 @@ def _factor(token: str, ref: ScenarioSpec, family: str, where: str) -> tuple[Sce
     return SceneFactor(kind=kind, entity=None, value=kind, detail=""), role  # type: ignore[arg-type]
 
 
-def _widen(token: str, ops: list[dict[str, Any]], level: int) -> list[dict[str, Any]]:
-    """The level-0 operator calls of a factor, widened to `level` (see the module docstring)."""
-    if level == 0:
-        return ops
-    op = dict(ops[0])
-    args = dict(op["args"])
-    name = op["op"]
-    if name == "place_in_region":
-        regions = neighbourhood(args["region"], level)
-        args["region"] = regions[0] if len(regions) == 1 else regions
-    elif name == "move_robot_start":
-        s = 1.0 + 0.5 * level
-        args.update(dx=[round(-0.03 * s, 4), round(0.08 * s, 4)], dy=[round(-0.15 * s, 4), round(0.15 * s, 4)])
-    elif name == "recolor" and args.get("colors"):
-        palette = list(PALETTE)
-        i = palette.index(args["colors"][0])
-        more = [palette[(i + k) % len(palette)] for k in range(1, 2 * level + 1)]
-        args["colors"] = None if len(more) + 1 >= len(palette) else [args["colors"][0], *more]
-    elif name == "resize":
-        lo, hi = args["scale"]
-        args["scale"] = [round(max(0.5, lo - 0.05 * level), 4), round(hi + 0.1 * level, 4)]
-    elif name == "reshape":
-        args["shapes"] = ["box", "cylinder", "sphere"]
-    elif name == "add_distractors":
-        n = [1, min(6, 1 + level)]
-        near = {"op": "add_distractors", "args": {"n": n, "kind": "lookalike", "region": "near_target"}}
-        if level < 2:
-            return [near]
-        anywhere = {"op": "add_distractors", "args": {"n": [1, min(6, level)], "kind": "random", "region": "table"}}
-        return [{"op": "one_of", "args": {"options": [[near], [anywhere]], "weights": [level, 1]}}]
-    elif name == "scale_physics":
-        for k, (lo, hi) in list(args.items()):
-            mid = (lo + hi) / 2
-            w = 0.1 * (1 + level)
-            top = _PHYSICS_MAX.get(k, 10.0)
-            args[k] = [round(max(0.05, mid * (1 - w)), 4), round(min(top, mid * (1 + w)), 4)]
-    elif name == "paraphrase":
-        para = {"op": "paraphrase", "args": args}
-        task = [{"op": "change_task", "args": {"change": "any"}}, para]
-        return [{"op": "one_of", "args": {"options": [[para], task], "weights": [2, level]}}]
-    elif name == "change_task":
-        reword = {"op": "paraphrase", "args": {"tier": "train", "p_synonym": 0.7}}
-        return [op, {"op": "one_of", "args": {"options": [[], [reword]], "weights": [2, level]}}]
-    op["args"] = args
-    return [op, *ops[1:]]
-
-
-def _extras(tokens: Sequence[str], family: str, level: int) -> list[dict[str, Any]]:
-    """From level 2: one factor of another axis on a share of the scenes (combined factors)."""
-    if level < 2:
-        return []
-    kinds = {t.split(":")[0].split("@")[0] for t in tokens}
-    options: list[list[dict[str, Any]]] = []
-    if "position:robot_start" not in tokens:
-        options.append([{"op": "move_robot_start", "args": {}}])
-    if "distractor" not in kinds:
-        options.append([{"op": "add_distractors", "args": {"n": 1, "kind": "random", "region": "table"}}])
-    if "physics" not in kinds:
-        key = "damping" if family == "drawer" else "friction"
-        options.append([{"op": "scale_physics", "args": {key: [0.7, 1.3]}}])
-    if not {"instruction", "task"} & kinds:  # those modes reword already
-        options.append([{"op": "paraphrase", "args": {"tier": "train", "p_synonym": 0.5}}])
-    if not options:
-        return []
-    weights = [1.0] + [(level - 1) / len(options)] * len(options)
-    return [{"op": "one_of", "args": {"options": [[], *options], "weights": weights}}]
-
-
 def program_name(mode: str, family: str, level: int, seed: int) -> str:
     """A readable, unique program name: `family/failure_mode/tokens@L<level>s<seed>` (120 characters at most)."""
     slug = re.sub(r"[^A-Za-z0-9_.:/@-]", "-", mode.replace("|", "/").replace("+", ","))
@@ -262,6 +163,27 @@ def _mode_key(mode: Mode | str) -> str:
     key = mode.key if isinstance(mode, Mode) else mode
     parse_mode_key(key, "mode")
     return key
+
+
+def _mode_ops(key: str, tokens: Sequence[str], ref: ScenarioSpec, family: str, level: int) -> list[dict[str, Any]]:
+    """The operator calls of a mode's factor tokens at `level`, in program order (see the module docstring)."""
+    ops: list[dict[str, Any]] = []
+    task: list[dict[str, Any]] = []
+    wording: list[dict[str, Any]] = []
+    for t in tokens:
+        factor, _ = _factor(t, ref, family, f"mode = {key!r}")
+        try:
+            base_ops = factor_ops(factor, ref, "train")
+        except VerifyError as e:
+            raise CompileError(f"mode = {key!r}: factor '{t}' has no operator form: {e}") from None
+        widened = widen(t, base_ops, level)
+        if t == "task":  # change_task rewrites the instruction; its rewording share joins the wording edits
+            task.append(widened[0])
+            wording.extend(widened[1:])
+        else:
+            (wording if t == "instruction" else ops).extend(widened)
+    ops = merge_placements(ops)
+    return ops + task + combined_factors(tokens, family, level) + wording  # instruction edits last
 
 
 def compile_generation_program(
@@ -308,23 +230,7 @@ def compile_generation_program(
     if not tokens:
         raise CompileError(f"mode = {key!r} has no verified factor: there is nothing for a generation program to reproduce")
     ref = next((s for s in examples if s.family == family), None) or reference_scene(family)
-    ops: list[dict[str, Any]] = []
-    task: list[dict[str, Any]] = []
-    wording: list[dict[str, Any]] = []
-    for t in tokens:
-        factor, _ = _factor(t, ref, family, f"mode = {key!r}")
-        try:
-            base_ops = factor_ops(factor, ref, "train")
-        except VerifyError as e:
-            raise CompileError(f"mode = {key!r}: factor '{t}' has no operator form: {e}") from None
-        widened = _widen(t, base_ops, level)
-        if t == "task":  # change_task rewrites the instruction; its rewording share joins the wording edits
-            task.append(widened[0])
-            wording.extend(widened[1:])
-        else:
-            (wording if t == "instruction" else ops).extend(widened)
-    ops = _together(ops)
-    ops += task + _extras(tokens, family, level) + wording  # instruction edits last (see the module docstring)
+    ops = _mode_ops(key, tokens, ref, family, level)
     name = program_name(key, family, level, seed)
     try:
         program = GenerationProgram.model_validate(
@@ -338,18 +244,6 @@ def compile_generation_program(
     except ProgramError as e:
         raise CompileError(f"mode = {key!r}, level {level}: {family} scenes cannot carry it: {e}") from None
     return ModeProgram(key=name, mode=key, family=family, level=level, parent=parent, program=program, reason=reason)
-
-
-def _together(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Two or more `place_in_region` calls become one `place_together` (at the first one's place): placed one
-    after another, an entity can block where another must go (push trains its goal region where a `far`
-    target goes, and its target where a `center` goal goes), placed together they can trade areas."""
-    places = [i for i, op in enumerate(ops) if op["op"] == "place_in_region"]
-    if len(places) < 2:
-        return ops
-    out = [op for i, op in enumerate(ops) if i not in places[1:]]  # the first place keeps its index
-    out[places[0]] = {"op": "place_together", "args": {"places": [dict(ops[i]["args"]) for i in places]}}
-    return out
 
 
 def _child_seed(parent: ModeProgram) -> int:

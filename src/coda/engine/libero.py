@@ -413,15 +413,67 @@ def mode_key_of(failure_mode: str, tokens: Iterable[str]) -> str:
 
 def plan_libero_modes(ev: Any) -> Any:
     """CoDA's plan of one round on LIBERO (see the module docstring)."""
-    from coda.critic.diagnosis import Diagnosis
-    from coda.engine.compile import corrective_start
-    from coda.engine.progress import LearningProgress
-    from coda.engine.round import replay_states
     from coda.engine.strategies import Plan
 
     ctx: RunContext = ev.ctx
     r, budget, cfg, mem = ev.round, ev.budget, ctx.cfg.engine, ctx.memory
     probes = {p.episode_id: p for p in ev.probes}
+    members, descriptions = _libero_modes(ev, probes)
+    records = {m.key: m for m in mem.list("failure_mode", run_id=ctx.run_id)}
+    last: dict[str, dict[str, Any]] = {}
+    for rec in mem.list("generation_program", run_id=ctx.run_id):
+        if rec.body.get("mode_program"):
+            last[rec.body["mode"]] = rec.body
+    active = _mode_history(ctx, records, {*members, *last})
+    rng = np.random.default_rng(ev.seed)
+    shares = mode_shares(active, budget, cfg, rng)
+    embed = _embedder(ctx)
+    plan = Plan(sources=[], modes={k: {"description": descriptions[k], "embedding": embed(descriptions[k])}
+                                   for k in members if k not in records})
+    explore = shares.pop("explore", 0)
+    corrective_left = ctx.cfg.engine.demo_budget // 4
+    env: Any = None
+    try:
+        for key, count in sorted(shares.items()):
+            if count <= 0:
+                continue
+            _, _, token_text = key.partition("|")
+            edits = [e for t in token_text.split("+") for e in FACTOR_EDITS.get(t, ())]
+            if not edits:
+                explore += count
+                continue
+            prev = last.get(key)
+            seen = {(probes[e].spec.suite, probes[e].spec.task_id) for e in members.get(key, [])}
+            level, tasks = _mode_tasks(seen, prev)
+            prog_key = f"mode{len(plan.sources)}_r{r}"
+            plan.sources.append((prog_key, {
+                "kind": "libero", "tasks": [list(t) for t in tasks], "edits": [[op, args] for op, args in edits],
+                "seed": ctx.seed_for("program", r, key), "count": count, "mode": key,
+                "mode_description": descriptions.get(key) or (records[key].description if key in records else key),
+                "mode_program": {"level": level, "parent": (prev or {}).get("program_key"), "rediagnose": False},
+                "program_key": prog_key}))
+            chosen = members.get(key, [])[:corrective_left]
+            corrective_left -= len(chosen)
+            if chosen and env is None:
+                env = ctx.backend.make_env()
+            plan.training.append((f"train:{prog_key}", {
+                "kind": "mode_training", "mode": key, "generation_program": prog_key, "expert_demos": count,
+                "corrective": [_corrective_demo(ctx, env, probes[eid]) for eid in chosen],
+                "potential": None, "potential_template": None,
+                "weights": {"expert": cfg.expert_weight, "corrective": cfg.corrective_weight,
+                            "replay": cfg.replay_weight}}))
+    finally:
+        if env is not None:
+            env.close()
+    if explore:
+        plan.sources.append(("explore", ev.dr_body(explore, n_edits=1)))
+    return plan
+
+
+def _libero_modes(ev: Any, probes: dict[int, Any]) -> tuple[dict[str, list[int]], dict[str, str]]:
+    """The round's accepted diagnoses grouped by mode key (episode ids per key) and each mode's description."""
+    from coda.critic.diagnosis import Diagnosis
+
     members: dict[str, list[int]] = {}
     descriptions: dict[str, str] = {}
     for eid in sorted(ev.verdicts):
@@ -436,71 +488,42 @@ def plan_libero_modes(ev: Any) -> Any:
         key = mode_key_of(d.failure_mode, tokens)
         members.setdefault(key, []).append(eid)
         descriptions.setdefault(key, f"{d.failure_mode} when {', '.join(sorted(set(tokens)))} changes: {d.explanation}"[:400])
-    records = {m.key: m for m in mem.list("failure_mode", run_id=ctx.run_id)}
-    last: dict[str, dict[str, Any]] = {}
-    for rec in mem.list("generation_program", run_id=ctx.run_id):
-        if rec.body.get("mode_program"):
-            last[rec.body["mode"]] = rec.body
+    return members, descriptions
+
+
+def _mode_history(ctx: "RunContext", records: dict[str, Any], keys: set[str]) -> dict[str, list[Any]]:
+    """Learning progress of each mode in `keys` over the run's rounds so far, in round order."""
+    from coda.engine.progress import LearningProgress
+
     key_of = {m.id: m.key for m in records.values()}
-    history: dict[str, list[LearningProgress]] = {k: [] for k in {*members, *last}}
-    for lp in mem.list("progress", run_id=ctx.run_id):
+    history: dict[str, list[LearningProgress]] = {k: [] for k in keys}
+    for lp in ctx.memory.list("progress", run_id=ctx.run_id):
         k = key_of[lp.failure_mode_id]
         if k in history:
             history[k].append(LearningProgress(mode=k, round=lp.round, before=lp.before, after=lp.after, n=1))
-    active = {k: sorted(v, key=lambda lp: lp.round) for k, v in history.items()}
-    rng = np.random.default_rng(ev.seed)
-    shares = mode_shares(active, budget, cfg, rng)
-    embed = _embedder(ctx)
-    plan = Plan(sources=[], modes={k: {"description": descriptions[k], "embedding": embed(descriptions[k])}
-                                   for k in members if k not in records})
-    explore = shares.pop("explore", 0)
-    corrective_left = ctx.cfg.engine.demo_budget // 4
-    env: Any = None
-    try:
-        for key, count in sorted(shares.items()):
-            if count <= 0:
-                continue
-            failure_mode, _, token_text = key.partition("|")
-            edits = [e for t in token_text.split("+") for e in FACTOR_EDITS.get(t, ())]
-            if not edits:
-                explore += count
-                continue
-            seen = {(probes[e].spec.suite, probes[e].spec.task_id) for e in members.get(key, [])}
-            prev = last.get(key)
-            level = 0 if prev is None else min(1, int(prev["mode_program"]["level"]) + 1)
-            tasks = sorted(seen | {tuple(t) for t in (prev or {}).get("tasks", [])})  # type: ignore[misc]
-            if level >= 1:  # the mode's edits on every task of its suites
-                from coda.sim.libero import suites as S
+    return {k: sorted(v, key=lambda lp: lp.round) for k, v in history.items()}
 
-                suites = sorted({s for s, _ in tasks})
-                tasks = [(s, t) for s in suites for t in range(len(S.list_tasks(s)))]
-            prog_key = f"mode{len(plan.sources)}_r{r}"
-            plan.sources.append((prog_key, {
-                "kind": "libero", "tasks": [list(t) for t in tasks], "edits": [[op, args] for op, args in edits],
-                "seed": ctx.seed_for("program", r, key), "count": count, "mode": key,
-                "mode_description": descriptions.get(key) or (records[key].description if key in records else key),
-                "mode_program": {"level": level, "parent": (prev or {}).get("program_key"), "rediagnose": False},
-                "program_key": prog_key}))
-            chosen = members.get(key, [])[:corrective_left]
-            corrective_left -= len(chosen)
-            corrective = []
-            for eid in chosen:
-                if env is None:
-                    env = ctx.backend.make_env()
-                p = probes[eid]
-                phi = ctx.backend.phis(env, p.spec, replay_states(env, p.spec, p.actions))
-                corrective.append({"episode_id": eid, "start_step": corrective_start(phi)})
-            plan.training.append((f"train:{prog_key}", {
-                "kind": "mode_training", "mode": key, "generation_program": prog_key, "expert_demos": count,
-                "corrective": corrective, "potential": None, "potential_template": None,
-                "weights": {"expert": cfg.expert_weight, "corrective": cfg.corrective_weight,
-                            "replay": cfg.replay_weight}}))
-    finally:
-        if env is not None:
-            env.close()
-    if explore:
-        plan.sources.append(("explore", ev.dr_body(explore, n_edits=1)))
-    return plan
+
+def _mode_tasks(seen: set[tuple[str, int]], prev: dict[str, Any] | None) -> tuple[int, list[tuple[str, int]]]:
+    """A mode program's level and (suite, task) pairs: at level 0 the tasks its failures were seen on (and its
+    previous program's), from level 1 on every task of those suites."""
+    level = 0 if prev is None else min(1, int(prev["mode_program"]["level"]) + 1)
+    tasks = sorted(seen | {tuple(t) for t in (prev or {}).get("tasks", [])})  # type: ignore[misc]
+    if level >= 1:  # the mode's edits on every task of its suites
+        from coda.sim.libero import suites as S
+
+        suites = sorted({s for s, _ in tasks})
+        tasks = [(s, t) for s in suites for t in range(len(S.list_tasks(s)))]
+    return level, tasks
+
+
+def _corrective_demo(ctx: "RunContext", env: Any, probe: Any) -> dict[str, Any]:
+    """A failed probe episode to relabel, from the step where Φ of its scene last rose."""
+    from coda.engine.compile import corrective_start
+    from coda.engine.round import replay_states
+
+    phi = ctx.backend.phis(env, probe.spec, replay_states(env, probe.spec, probe.actions))
+    return {"episode_id": probe.episode_id, "start_step": corrective_start(phi)}
 
 
 def _embedder(ctx: "RunContext") -> Callable[[str], list[float]]:

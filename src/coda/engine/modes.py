@@ -335,34 +335,12 @@ def cluster(
         if m.key in known:
             raise ModeError(f"existing_modes[{i}].key = {m.key!r} appears twice")
         known[m.key] = m
-    scenes = scenes or {}
-    raw: list[str | None] = [None] * len(diagnoses)
-    skipped: dict[int, str] = {}
-    for i, (d, v) in enumerate(zip(diagnoses, verdicts)):
-        if not isinstance(d, Diagnosis):
-            raise ModeError(f"diagnoses[{i}] is a {type(d).__name__}, not a Diagnosis")
-        if v.episode_id != d.episode_id:
-            raise ModeError(f"verdicts[{i}].episode_id = {v.episode_id!r} differs from diagnoses[{i}].episode_id = {d.episode_id!r}")
-        if not v.accepted:
-            skipped[i] = "verdict not accepted: " + ("; ".join(v.reasons) or "no reason given")
-            continue
-        if v.failure_mode != d.failure_mode:
-            raise ModeError(f"verdicts[{i}].failure_mode = {v.failure_mode!r} differs from diagnoses[{i}].failure_mode = {d.failure_mode!r}")
-        spec = scenes.get(d.episode_id) if d.episode_id is not None else None
-        raw[i] = diagnosis_key(d, v, spec, f"verdicts[{i}]")
-
+    raw, skipped = _raw_keys(diagnoses, verdicts, scenes or {})
     groups: dict[str, list[int]] = {}
     for i, k in enumerate(raw):
         if k is not None:
             groups.setdefault(k, []).append(i)
-    texts = [diagnoses[i].explanation for k in sorted(groups) for i in groups[k]]
-    emb = np.asarray(encoder.encode(texts), dtype=np.float64) if texts else np.zeros((0, 1))
-    row: dict[int, np.ndarray] = {}
-    n = 0
-    for k in sorted(groups):
-        for i in groups[k]:
-            row[i] = emb[n]
-            n += 1
+    row = _embed_groups(diagnoses, groups, encoder)
 
     mode_of: list[str | None] = [None] * len(diagnoses)
     similarity: dict[int, float] = {}
@@ -375,23 +353,7 @@ def cluster(
         idx = groups[k]
         vecs = np.stack([row[i] for i in idx])
         centre = _unit(vecs.mean(axis=0))
-        target, cos = k, None
-        if k not in known:
-            fm = k.partition("|")[0]
-            for pool in (sorted(known), founded):  # known modes first, then modes founded in this call
-                best: tuple[float, str] | None = None
-                for other in pool:
-                    a = anchors.get(other)
-                    if other.partition("|")[0] != fm or a is None or a.shape != centre.shape:
-                        continue
-                    if factor_kinds(other) != factor_kinds(k):
-                        continue
-                    c = float(a @ centre)
-                    if c >= threshold and (best is None or c > best[0]):
-                        best = (c, other)
-                if best is not None:
-                    target, cos = best[1], best[0]
-                    break
+        target, cos = (k, None) if k in known else _merge_target(k, centre, known, founded, anchors, threshold)
         if target == k and k not in known:
             medoid = idx[int(np.argmax(vecs @ centre))]
             touched[k] = Mode.from_key(k, diagnoses[medoid].explanation, [round(float(x), 6) for x in centre])
@@ -412,6 +374,61 @@ def cluster(
     return ModeAssignment(mode_of=tuple(mode_of), raw_keys=tuple(raw), skipped=skipped, modes=modes,
                           new=tuple(sorted(founded)), similarity=similarity)
 
+
+def _raw_keys(diagnoses: Sequence[Diagnosis], verdicts: Sequence[Verdict],
+              scenes: Mapping[str, ScenarioSpec]) -> tuple[list[str | None], dict[int, str]]:
+    """Per diagnosis, its own mode key (None when its verdict was not accepted), and why each skipped one was."""
+    raw: list[str | None] = [None] * len(diagnoses)
+    skipped: dict[int, str] = {}
+    for i, (d, v) in enumerate(zip(diagnoses, verdicts)):
+        if not isinstance(d, Diagnosis):
+            raise ModeError(f"diagnoses[{i}] is a {type(d).__name__}, not a Diagnosis")
+        if v.episode_id != d.episode_id:
+            raise ModeError(f"verdicts[{i}].episode_id = {v.episode_id!r} differs from diagnoses[{i}].episode_id = {d.episode_id!r}")
+        if not v.accepted:
+            skipped[i] = "verdict not accepted: " + ("; ".join(v.reasons) or "no reason given")
+            continue
+        if v.failure_mode != d.failure_mode:
+            raise ModeError(f"verdicts[{i}].failure_mode = {v.failure_mode!r} differs from diagnoses[{i}].failure_mode = {d.failure_mode!r}")
+        spec = scenes.get(d.episode_id) if d.episode_id is not None else None
+        raw[i] = diagnosis_key(d, v, spec, f"verdicts[{i}]")
+    return raw, skipped
+
+
+def _embed_groups(diagnoses: Sequence[Diagnosis], groups: Mapping[str, list[int]],
+                  encoder: Encoder) -> dict[int, np.ndarray]:
+    """Diagnosis index -> embedding of its explanation, encoded in one call in key order."""
+    texts = [diagnoses[i].explanation for k in sorted(groups) for i in groups[k]]
+    emb = np.asarray(encoder.encode(texts), dtype=np.float64) if texts else np.zeros((0, 1))
+    row: dict[int, np.ndarray] = {}
+    n = 0
+    for k in sorted(groups):
+        for i in groups[k]:
+            row[i] = emb[n]
+            n += 1
+    return row
+
+
+def _merge_target(key: str, centre: np.ndarray, known: Mapping[str, Mode], founded: Sequence[str],
+                  anchors: Mapping[str, np.ndarray], threshold: float) -> tuple[str, float | None]:
+    """The mode a group of a new key joins: the most similar mode of the same failure mode and factor kinds at
+    cosine >= `threshold` (known modes first, then modes founded in this call), with that cosine; else the
+    group's own key and None."""
+    fm = key.partition("|")[0]
+    for pool in (sorted(known), founded):
+        best: tuple[float, str] | None = None
+        for other in pool:
+            a = anchors.get(other)
+            if other.partition("|")[0] != fm or a is None or a.shape != centre.shape:
+                continue
+            if factor_kinds(other) != factor_kinds(key):
+                continue
+            c = float(a @ centre)
+            if c >= threshold and (best is None or c > best[0]):
+                best = (c, other)
+        if best is not None:
+            return best[1], best[0]
+    return key, None
 
 __all__ = [
     "Encoder",

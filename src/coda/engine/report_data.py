@@ -235,11 +235,39 @@ def load_report_data(memory: Any, run_id: str, *, max_eval_failures: int = 4) ->
     by_round: dict[int, list[str]] = {}
     for r, ph in phases:
         by_round.setdefault(r, []).append(ph)
+    success, probe, eval_failures = _episode_tables(rec["episode"], scenarios, max_eval_failures)
+    diag_counts, mode_counts, cards = _diagnosis_tables(rec, scenarios, notes)
+    progs, generated, budget = _program_tables(rec["generation_program"], rec["scenario"])
+    fm_progress: dict[int, dict[int, tuple[float, float, float]]] = {}
+    for lp in rec["progress"]:
+        fm_progress.setdefault(lp.failure_mode_id, {})[lp.round] = (lp.before, lp.after, lp.budget_share)
+    modes = [FailureModeRow(m.id, m.key, m.description, m.round, m.last_round, fm_progress.get(m.id, {}))
+             for m in sorted(rec["failure_mode"], key=lambda m: (m.round, m.id))]
 
+    return ReportData(
+        run_id=run.id, strategy=run.strategy, seed=run.seed, status=run.status,
+        created=run.created.isoformat(timespec="seconds") if run.created else "", config=run.config or {},
+        counts=counts, rounds=sorted(by_round), phases=by_round,
+        success={f: {s: {r: Rate(*c) for r, c in sorted(rs.items())} for s, rs in sp.items()}
+                 for f, sp in success.items()},
+        probe_success={r: Rate(*c) for r, c in sorted(probe.items())},
+        diagnosis_counts=diag_counts, mode_counts=mode_counts, failure_modes=modes, budget=budget, programs=progs, generated=generated,
+        cards=cards, eval_failures=eval_failures,
+        checkpoints=[(c.round, c.path, dict(c.metrics or {})) for c in sorted(rec["checkpoint"], key=lambda c: c.id)],
+        training_programs=[(t.round, t.key, dict(t.body or {}))
+                           for t in sorted(rec["training_program"], key=lambda t: (t.round, t.id))],
+        notes=notes,
+    )
+
+
+def _episode_tables(episodes: Sequence[Any], scenarios: dict[int, Any], max_eval_failures: int) -> tuple[
+        dict[str, dict[str, dict[int, list[int]]]], dict[int, list[int]], list[EvalFailure]]:
+    """Evaluation success counts (family -> split -> round -> [successes, episodes]), probe success counts
+    (round -> [successes, episodes]) and the failed evaluation episodes with keyframes kept per round."""
     success: dict[str, dict[str, dict[int, list[int]]]] = {}
     probe: dict[int, list[int]] = {}
     failed_evals: dict[int, dict[str, list[EvalFailure]]] = {}  # round -> split -> failures with keyframes
-    for e in sorted(rec["episode"], key=lambda e: e.id):
+    for e in sorted(episodes, key=lambda e: e.id):
         kind = e.info.get("kind")
         if e.phase == "measure" and kind == "eval" and e.policy == "policy":
             family = str(e.info.get("family", scenarios[e.scenario_id].family if e.scenario_id in scenarios else "?"))
@@ -255,11 +283,16 @@ def load_report_data(memory: Any, run_id: str, *, max_eval_failures: int = 4) ->
             c = probe.setdefault(e.round, [0, 0])
             c[0] += int(e.success)
             c[1] += 1
-
     eval_failures = [f for r in sorted(failed_evals)
                      for f in round_robin([failed_evals[r][k] for k in sorted(failed_evals[r], key=split_order)],
                                           max_eval_failures)]
+    return success, probe, eval_failures
 
+
+def _diagnosis_tables(rec: dict[str, list[Any]], scenarios: dict[int, Any], notes: list[str]) -> tuple[
+        dict[int, dict[str, dict[str, int]]], dict[str, dict[int, int]], list[FailureCard]]:
+    """Diagnosis counts (round -> failure mode -> outcome -> n), verified diagnoses per mode key and round, and
+    a card per diagnosis; a diagnosis whose episode is missing is counted and noted in `notes`, without a card."""
     verdict_of = {vd.diagnosis_id: vd for vd in rec["verdict"]}
     episodes = {e.id: e for e in rec["episode"]}
     diag_counts: dict[int, dict[str, dict[str, int]]] = {}
@@ -292,12 +325,18 @@ def load_report_data(memory: Any, run_id: str, *, max_eval_failures: int = 4) ->
             keyframes=_keyframes(ep.artifacts), critic=d.critic, accepted_by_critic=d.accepted, diagnosis=data,
             reject_reason=d.reason, verdict=vjson, verdict_passed=None if vd is None else vd.passed,
             verdict_reason=None if vd is None else vd.reason))
+    return diag_counts, mode_counts, cards
 
-    progs = [_program_row(p) for p in sorted(rec["generation_program"], key=lambda p: (p.round, p.id))]
+
+def _program_tables(programs: Sequence[Any], scenarios: Sequence[Any]) -> tuple[
+        list[ProgramRow], list[SceneRow], dict[int, dict[str, int]]]:
+    """Generation programs with the valid and invalid scenes each made, the generated scenes, and the budget
+    per round and source label."""
+    progs = [_program_row(p) for p in sorted(programs, key=lambda p: (p.round, p.id))]
     made: dict[int, list[int]] = {}
     generated: list[SceneRow] = []
     prog_key = {p.id: p.key for p in progs}
-    for s in sorted(rec["scenario"], key=lambda s: (s.round, s.id)):
+    for s in sorted(scenarios, key=lambda s: (s.round, s.id)):
         if not (s.split or "").startswith(GENERATED_PREFIX):
             continue
         key = str(s.split)[len(GENERATED_PREFIX):]
@@ -311,27 +350,7 @@ def load_report_data(memory: Any, run_id: str, *, max_eval_failures: int = 4) ->
     for p in progs:
         label = program_label(p)
         budget.setdefault(p.round, {})[label] = budget.get(p.round, {}).get(label, 0) + p.count
-
-    fm_progress: dict[int, dict[int, tuple[float, float, float]]] = {}
-    for lp in rec["progress"]:
-        fm_progress.setdefault(lp.failure_mode_id, {})[lp.round] = (lp.before, lp.after, lp.budget_share)
-    modes = [FailureModeRow(m.id, m.key, m.description, m.round, m.last_round, fm_progress.get(m.id, {}))
-             for m in sorted(rec["failure_mode"], key=lambda m: (m.round, m.id))]
-
-    return ReportData(
-        run_id=run.id, strategy=run.strategy, seed=run.seed, status=run.status,
-        created=run.created.isoformat(timespec="seconds") if run.created else "", config=run.config or {},
-        counts=counts, rounds=sorted(by_round), phases=by_round,
-        success={f: {s: {r: Rate(*c) for r, c in sorted(rs.items())} for s, rs in sp.items()}
-                 for f, sp in success.items()},
-        probe_success={r: Rate(*c) for r, c in sorted(probe.items())},
-        diagnosis_counts=diag_counts, mode_counts=mode_counts, failure_modes=modes, budget=budget, programs=progs, generated=generated,
-        cards=cards, eval_failures=eval_failures,
-        checkpoints=[(c.round, c.path, dict(c.metrics or {})) for c in sorted(rec["checkpoint"], key=lambda c: c.id)],
-        training_programs=[(t.round, t.key, dict(t.body or {}))
-                           for t in sorted(rec["training_program"], key=lambda t: (t.round, t.id))],
-        notes=notes,
-    )
+    return progs, generated, budget
 
 
 def round_robin(groups: Sequence[Sequence[T]], n: int) -> list[T]:

@@ -20,7 +20,7 @@ stored as an invalid Scenario with the check's reason.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -436,17 +436,14 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     the round's probe rollouts are replayed into the data as unlabelled episodes: the critic learns from the
     policy's own successes and failures, behaviour cloning never imitates them, and no label is spent.
     """
-    from coda.engine.backend import EpisodeJob
     from coda.memory import Checkpoint, TrainingProgram
     from coda.memory.artifacts import sha256_file
-    from coda.policy.data import DemoWriter
 
-    mem, backend = ctx.memory, ctx.backend
     ckpt = ctx.path("checkpoints", f"round_{r:03d}.pt")
     final = ctx.run_dir / "demos" / f"round_{r:03d}"
     if not ctx.pending(r, "train"):
         return ckpt
-    programs = {t.key: t.body for t in mem.list("training_program", run_id=ctx.run_id, round_idx=r)}
+    programs = {t.key: t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=r)}
     mode_tp = {b["generation_program"]: b for k, b in programs.items() if k.startswith("train:")}
     by_id = {p.episode_id: p for p in probes}
     corrective = [(by_id[int(c["episode_id"])], int(c["start_step"]), b) for b in mode_tp.values() for c in b["corrective"]]
@@ -459,20 +456,8 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
     critic = bool(value_guided) or ctx.cfg.engine.improvement == "awr"  # a chunk critic is trained this round
     tmp = final.with_name(final.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    jobs = [EpisodeJob("expert", spec, mode_tp.get(key))
-            for spec, key in list(zip(generated.scenes, generated.program_keys))[:n_expert]]
-    jobs += [EpisodeJob("corrective", p.spec, body, p.actions, start, label_every=ctx.cfg.policy.n_action_steps,
-                        label_len=ctx.cfg.policy.chunk_len) for p, start, body in corrective]
-    if critic:  # the critic learns from the policy's own outcomes too; no labels are spent
-        jobs += [EpisodeJob("replay", p.spec, None, p.actions) for p in probes]
-    episodes = backend.round_episodes(jobs, accepted)  # in job order, Φ attached; None where the expert failed
-    n_demo = sum(ep is not None for job, ep in zip(jobs, episodes) if job.kind == "expert")
-    with DemoWriter(tmp) as writer:
-        for ep in episodes:
-            if ep is not None:
-                writer.add(ep)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    jobs = _round_jobs(ctx, generated, mode_tp, n_expert, corrective, probes if critic else [])
+    n_demo = _write_round_demos(ctx, jobs, accepted, tmp, final)
     import torch
 
     from coda.engine.training import finetune, source_weights
@@ -495,6 +480,37 @@ def phase_train_round(ctx: RunContext, r: int, prev_checkpoint: Path, generated:
                           metrics={"final_loss": float(result.metrics.get("loss", float("nan"))),
                                    "samples_per_s": result.samples_per_s}))
     return ckpt
+
+
+def _round_jobs(ctx: RunContext, generated: GeneratedScenes, mode_tp: Mapping[str, dict[str, Any]], n_expert: int,
+                corrective: Sequence[tuple[ProbeEpisode, int, dict[str, Any] | None]],
+                rollouts: Sequence[ProbeEpisode]) -> list[Any]:
+    """The round's episode jobs in order: expert demos in the first `n_expert` generated scenes (with their mode's
+    training program), corrective relabellings from their start steps, then `rollouts` replayed unlabelled."""
+    from coda.engine.backend import EpisodeJob
+
+    jobs = [EpisodeJob("expert", spec, mode_tp.get(key))
+            for spec, key in list(zip(generated.scenes, generated.program_keys))[:n_expert]]
+    jobs += [EpisodeJob("corrective", p.spec, body, p.actions, start, label_every=ctx.cfg.policy.n_action_steps,
+                        label_len=ctx.cfg.policy.chunk_len) for p, start, body in corrective]
+    if rollouts:  # the critic learns from the policy's own outcomes too; no labels are spent
+        jobs += [EpisodeJob("replay", p.spec, None, p.actions) for p in rollouts]
+    return jobs
+
+
+def _write_round_demos(ctx: RunContext, jobs: Sequence[Any], accepted: set[str], tmp: Path, final: Path) -> int:
+    """Run the jobs and write their episodes to `tmp`, then move it to `final`; returns the expert demos made."""
+    from coda.policy.data import DemoWriter
+
+    episodes = ctx.backend.round_episodes(jobs, accepted)  # in job order, Φ attached; None where the expert failed
+    n_demo = sum(ep is not None for job, ep in zip(jobs, episodes) if job.kind == "expert")
+    with DemoWriter(tmp) as writer:
+        for ep in episodes:
+            if ep is not None:
+                writer.add(ep)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    return n_demo
 
 
 def awr_summary(history: Sequence[dict[str, float]]) -> dict[str, float] | None:

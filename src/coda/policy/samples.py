@@ -26,7 +26,7 @@ samples are always uniform.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -145,6 +145,96 @@ def _pad_chunk(actions: np.ndarray, start: int, h: int) -> np.ndarray:
     return chunk
 
 
+@dataclass
+class _EpisodeRows:
+    """What `ChunkDataset` gathers episode by episode before it becomes tensors: one row per observation, the
+    strings they mention (ids in first-seen order, "" = 0), BC samples and chunk transitions."""
+
+    strings: dict[str, int] = field(default_factory=lambda: {"": 0})  # string -> id
+    proprio: list[np.ndarray] = field(default_factory=list)  # per row (P,)
+    objects: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # per row (M, F) and mask (M,)
+    obj_text: list[list[int]] = field(default_factory=list)  # per row, string id of each entity
+    instr: list[int] = field(default_factory=list)  # per row, string id of the instruction
+    row_episode: list[int] = field(default_factory=list)  # per row, its episode
+    wordings: list[list[int]] = field(default_factory=list)  # per episode, string ids of its other wordings
+    goal_rows: list[tuple[int, ...]] = field(default_factory=list)  # per episode
+    goal_values: list[float] = field(default_factory=list)  # per episode
+    valued: dict[int, float] = field(default_factory=dict)  # string id of an instruction (or wording) -> goal value
+    bc_row: list[int] = field(default_factory=list)
+    bc_chunk: list[np.ndarray] = field(default_factory=list)  # (H, A) absolute chunks
+    bc_src: list[str] = field(default_factory=list)
+    cr_row: list[int] = field(default_factory=list)
+    cr_next: list[int] = field(default_factory=list)
+    cr_chunk: list[np.ndarray] = field(default_factory=list)  # (H, A) absolute chunks
+    cr_r: list[np.ndarray] = field(default_factory=list)  # per episode (T,)
+    cr_disc: list[np.ndarray] = field(default_factory=list)  # per episode (T,)
+    cr_done: list[np.ndarray] = field(default_factory=list)  # per episode (T,)
+    cr_phi: list[float] = field(default_factory=list)
+    cr_phi_next: list[float] = field(default_factory=list)
+    row0: int = 0  # the next episode's first row
+    dims: tuple[int, int] | None = None  # (P, F) of every episode
+    n_episodes: int = 0
+
+    def _sid(self, s: str) -> int:
+        return self.strings.setdefault(s, len(self.strings))
+
+    def add(self, ep: Episode, src: str, h: int, gamma: float, shaping_weight: float) -> None:
+        """Gather one episode's rows, BC samples (tagged `src`) and chunk transitions of length `h`."""
+        self.n_episodes += 1
+        parts = [validate_obs(o, f"episode '{ep.spec_id}' observation {t}") for t, o in enumerate(ep.observations)]
+        d = (parts[0][0].shape[0], parts[0][1].shape[1])
+        if self.dims is None:
+            self.dims = d
+        elif d != self.dims:
+            raise DatasetError(f"episode '{ep.spec_id}' has (P, F) = {d}, earlier episodes {self.dims}")
+        self.wordings.append([self._sid(w) for w in ep.wordings if w])
+        self.goal_rows.append(tuple(ep.goal_rows))
+        self.goal_values.append(float(ep.goal_value))
+        said = {self._sid(str(ep.observations[0]["instruction"])), *self.wordings[-1]}
+        if np.isfinite(ep.goal_value):
+            for sid in said:
+                self.valued.setdefault(sid, float(ep.goal_value))
+        for pr, ob, mk, tx, ins in parts:
+            self.proprio.append(pr)
+            self.objects.append((ob, mk))
+            self.obj_text.append([self._sid(s if k else "") for s, k in zip(tx, mk)])
+            self.instr.append(self._sid(ins))
+            self.row_episode.append(self.n_episodes - 1)
+        self._add_bc(ep, src, h)
+        self._add_critic(ep, h, gamma, shaping_weight)
+        self.row0 += ep.length + 1
+
+    def _add_bc(self, ep: Episode, src: str, h: int) -> None:
+        """BC samples: the expert label chunk where there is one, else (successful non-corrective episodes)
+        the next `h` executed actions."""
+        for t in range(ep.length):
+            label = ep.label_chunks[t] if ep.label_chunks is not None else None
+            if label is not None:
+                self.bc_row.append(self.row0 + t)
+                self.bc_chunk.append(_pad_chunk(np.asarray(label, np.float32).reshape(-1, ACTION_DIM), 0, h))
+                self.bc_src.append(src)
+            elif ep.success and not ep.corrective:
+                self.bc_row.append(self.row0 + t)
+                self.bc_chunk.append(_pad_chunk(ep.actions, t, h))
+                self.bc_src.append(src)
+
+    def _add_critic(self, ep: Episode, h: int, gamma: float, shaping_weight: float) -> None:
+        """Chunk transitions at every step, with n-step returns and potentials scaled by `shaping_weight`."""
+        t_len = ep.length
+        r_sum, disc, done, nxt = nstep_chunks(ep.rewards, ep.terminated, h, gamma)
+        pots = ep.potentials if ep.potentials is not None else np.zeros(t_len + 1, np.float32)
+        pots = np.nan_to_num(pots.astype(np.float32), nan=0.0) * shaping_weight
+        for t in range(t_len):
+            self.cr_row.append(self.row0 + t)
+            self.cr_next.append(self.row0 + int(nxt[t]))
+            self.cr_chunk.append(_pad_chunk(ep.actions, t, h))
+            self.cr_phi.append(pots[t])
+            self.cr_phi_next.append(pots[nxt[t]])
+        self.cr_r.append(r_sum)
+        self.cr_disc.append(disc)
+        self.cr_done.append(done)
+
+
 class ChunkDataset:
     """Observations, BC samples and critic samples of a set of episodes, as tensors.
 
@@ -174,115 +264,79 @@ class ChunkDataset:
     ) -> None:
         if source_weights is not None and sources is None:
             raise DatasetError("source_weights given without sources: tag each episode with its source")
-        self.chunk_len = h = chunk_len
-        strings: dict[str, int] = {"": 0}
-        proprio, objects, obj_text, instr, row_episode, wordings, goal_rows, goal_values = ([] for _ in range(8))
-        valued: dict[int, float] = {}  # string id of an instruction (or wording) -> its goal value
-        bc_row, bc_chunk, bc_src = [], [], []
-        cr_row, cr_next, cr_chunk, cr_r, cr_disc, cr_done, cr_phi, cr_phi_next = ([] for _ in range(8))
-        row0 = 0
-        dims: tuple[int, int] | None = None
-        self.n_episodes = 0
+        self.chunk_len = chunk_len
+        rows = _EpisodeRows()
         for ep in episodes:
-            src = _source(sources, self.n_episodes, ep.spec_id)
-            self.n_episodes += 1
-            t_len = ep.length
-            parts = [validate_obs(o, f"episode '{ep.spec_id}' observation {t}") for t, o in enumerate(ep.observations)]
-            d = (parts[0][0].shape[0], parts[0][1].shape[1])
-            if dims is None:
-                dims = d
-            elif d != dims:
-                raise DatasetError(f"episode '{ep.spec_id}' has (P, F) = {d}, earlier episodes {dims}")
-            wordings.append([strings.setdefault(w, len(strings)) for w in ep.wordings if w])
-            goal_rows.append(tuple(ep.goal_rows))
-            goal_values.append(float(ep.goal_value))
-            said = {strings.setdefault(str(ep.observations[0]["instruction"]), len(strings)), *wordings[-1]}
-            if np.isfinite(ep.goal_value):
-                for sid in said:
-                    valued.setdefault(sid, float(ep.goal_value))
-            for pr, ob, mk, tx, ins in parts:
-                proprio.append(pr)
-                objects.append((ob, mk))
-                obj_text.append([strings.setdefault(s if k else "", len(strings)) for s, k in zip(tx, mk)])
-                instr.append(strings.setdefault(ins, len(strings)))
-                row_episode.append(self.n_episodes - 1)
-            for t in range(t_len):
-                label = ep.label_chunks[t] if ep.label_chunks is not None else None
-                if label is not None:
-                    bc_row.append(row0 + t)
-                    bc_chunk.append(_pad_chunk(np.asarray(label, np.float32).reshape(-1, ACTION_DIM), 0, h))
-                    bc_src.append(src)
-                elif ep.success and not ep.corrective:
-                    bc_row.append(row0 + t)
-                    bc_chunk.append(_pad_chunk(ep.actions, t, h))
-                    bc_src.append(src)
-            r_sum, disc, done, nxt = nstep_chunks(ep.rewards, ep.terminated, h, gamma)
-            pots = ep.potentials if ep.potentials is not None else np.zeros(t_len + 1, np.float32)
-            pots = np.nan_to_num(pots.astype(np.float32), nan=0.0) * shaping_weight
-            for t in range(t_len):
-                cr_row.append(row0 + t)
-                cr_next.append(row0 + int(nxt[t]))
-                cr_chunk.append(_pad_chunk(ep.actions, t, h))
-                cr_phi.append(pots[t])
-                cr_phi_next.append(pots[nxt[t]])
-            cr_r.append(r_sum)
-            cr_disc.append(disc)
-            cr_done.append(done)
-            row0 += t_len + 1
-        if dims is None or not bc_row:
+            rows.add(ep, _source(sources, rows.n_episodes, ep.spec_id), chunk_len, gamma, shaping_weight)
+        self.n_episodes = rows.n_episodes
+        if rows.dims is None or not rows.bc_row:
             raise DatasetError(
                 f"no behaviour-cloning samples: {self.n_episodes} episodes given, none successful or labelled"
             )
-        m_max = max(1, max(len(m) for _, m in objects))
-        n = len(proprio)
-        self.proprio = torch.from_numpy(np.stack(proprio))  # (N, P)
-        obj = np.zeros((n, m_max, dims[1]), np.float32)
+        self._set_observations(rows, text)
+        self._set_goals(rows)
+        self._set_samples(rows)
+        self.dims = ObsDims(proprio=rows.dims[0], object_features=rows.dims[1], text=self.text_table.shape[1],
+                            action=ACTION_DIM)
+        if sources is not None and len(sources) != self.n_episodes:
+            raise DatasetError(f"sources has {len(sources)} entries for {self.n_episodes} episodes")
+        self.bc_source = rows.bc_src  # source name per BC sample ("" when untagged)
+        self.bc_prob: Tensor | None = None  # per-BC-sample draw probability (None: uniform)
+        self.bc_shares: dict[str, float] | None = None  # share of the BC batches per source present
+        if source_weights is not None:
+            self.bc_prob, self.bc_shares = _bc_probabilities(rows.bc_src, source_weights, max_oversample)
+
+    def _set_observations(self, rows: _EpisodeRows, text: TextEmbedder) -> None:
+        """Observation tensors of every row, the string table and its embeddings."""
+        assert rows.dims is not None
+        m_max = max(1, max(len(m) for _, m in rows.objects))
+        n = len(rows.proprio)
+        self.proprio = torch.from_numpy(np.stack(rows.proprio))  # (N, P)
+        obj = np.zeros((n, m_max, rows.dims[1]), np.float32)
         mask = np.zeros((n, m_max), bool)
         text_id = np.zeros((n, m_max), np.int64)
-        for i, ((ob, mk), ids) in enumerate(zip(objects, obj_text)):
+        for i, ((ob, mk), ids) in enumerate(zip(rows.objects, rows.obj_text)):
             obj[i, : len(mk)], mask[i, : len(mk)], text_id[i, : len(mk)] = ob, mk, ids
         self.objects = torch.from_numpy(obj)  # (N, M, F)
         self.object_mask = torch.from_numpy(mask)  # (N, M)
         self.object_text_id = torch.from_numpy(text_id)  # (N, M) into text_table
-        self.instruction_id = torch.tensor(instr, dtype=torch.long)  # (N,)
-        self.strings = list(strings)
+        self.instruction_id = torch.tensor(rows.instr, dtype=torch.long)  # (N,)
+        self.strings = list(rows.strings)
         self.text_table = torch.from_numpy(text.encode(self.strings))  # (S, E), row 0 = "" = zeros
         tok, tok_mask = pad_tokens(text.encode_tokens(self.strings), self.text_table.shape[1])
         self.token_table = torch.from_numpy(tok)  # (S, Lmax, E) word pieces of every string
         self.token_len = torch.from_numpy(tok_mask.sum(1))  # (S,)
-        self.row_episode = torch.tensor(row_episode, dtype=torch.long)  # (N,)
-        n_words = max([1, *(len(w) for w in wordings)])
+        self.row_episode = torch.tensor(rows.row_episode, dtype=torch.long)  # (N,)
+        self.text_model_id = text.model_id
+
+    def _set_goals(self, rows: _EpisodeRows) -> None:
+        """Per-episode wordings, goal rows and goal values, and the instructions whose goal has a value."""
+        n_words = max([1, *(len(w) for w in rows.wordings)])
         self.wording_ids = torch.zeros((self.n_episodes, n_words), dtype=torch.long)  # (episodes, W) string ids
-        self.wording_count = torch.tensor([len(w) for w in wordings], dtype=torch.long)  # (episodes,)
-        for i, w in enumerate(wordings):
+        self.wording_count = torch.tensor([len(w) for w in rows.wordings], dtype=torch.long)  # (episodes,)
+        for i, w in enumerate(rows.wordings):
             self.wording_ids[i, : len(w)] = torch.tensor(w, dtype=torch.long)
-        n_roles = max([1, *(len(g) for g in goal_rows)])
+        n_roles = max([1, *(len(g) for g in rows.goal_rows)])
         self.goal_rows = torch.full((self.n_episodes, n_roles), -1, dtype=torch.long)  # (episodes, R)
-        for i, g in enumerate(goal_rows):
+        for i, g in enumerate(rows.goal_rows):
             if g:
                 self.goal_rows[i, : len(g)] = torch.tensor(g, dtype=torch.long)
-        self.goal_value = torch.tensor(goal_values, dtype=torch.float32)  # (episodes,), NaN = none
-        self._valued = sorted(valued.items())
-        self.text_model_id = text.model_id
+        self.goal_value = torch.tensor(rows.goal_values, dtype=torch.float32)  # (episodes,), NaN = none
+        self._valued = sorted(rows.valued.items())
+
+    def _set_samples(self, rows: _EpisodeRows) -> None:
+        """BC samples and chunk transitions as tensors, chunks relative to the gripper pose of their row."""
         pose = gripper_pose(self.proprio)  # (N, 4)
-        self.bc_row = torch.tensor(bc_row, dtype=torch.long)
-        self.bc_chunk = to_relative(torch.from_numpy(np.stack(bc_chunk)), pose[self.bc_row])  # (Nb, H, A)
-        self.cr_row = torch.tensor(cr_row, dtype=torch.long)
-        self.cr_next = torch.tensor(cr_next, dtype=torch.long)
-        self.cr_chunk = to_relative(torch.from_numpy(np.stack(cr_chunk)), pose[self.cr_row])  # (Nc, H, A)
-        self.cr_reward = torch.from_numpy(np.concatenate(cr_r))
-        self.cr_discount = torch.from_numpy(np.concatenate(cr_disc))
-        self.cr_done = torch.from_numpy(np.concatenate(cr_done))
-        self.cr_phi = torch.tensor(np.asarray(cr_phi, np.float32))
-        self.cr_phi_next = torch.tensor(np.asarray(cr_phi_next, np.float32))
-        self.dims = ObsDims(proprio=dims[0], object_features=dims[1], text=self.text_table.shape[1], action=ACTION_DIM)
-        if sources is not None and len(sources) != self.n_episodes:
-            raise DatasetError(f"sources has {len(sources)} entries for {self.n_episodes} episodes")
-        self.bc_source = bc_src  # source name per BC sample ("" when untagged)
-        self.bc_prob: Tensor | None = None  # per-BC-sample draw probability (None: uniform)
-        self.bc_shares: dict[str, float] | None = None  # share of the BC batches per source present
-        if source_weights is not None:
-            self.bc_prob, self.bc_shares = _bc_probabilities(bc_src, source_weights, max_oversample)
+        self.bc_row = torch.tensor(rows.bc_row, dtype=torch.long)
+        self.bc_chunk = to_relative(torch.from_numpy(np.stack(rows.bc_chunk)), pose[self.bc_row])  # (Nb, H, A)
+        self.cr_row = torch.tensor(rows.cr_row, dtype=torch.long)
+        self.cr_next = torch.tensor(rows.cr_next, dtype=torch.long)
+        self.cr_chunk = to_relative(torch.from_numpy(np.stack(rows.cr_chunk)), pose[self.cr_row])  # (Nc, H, A)
+        self.cr_reward = torch.from_numpy(np.concatenate(rows.cr_r))
+        self.cr_discount = torch.from_numpy(np.concatenate(rows.cr_disc))
+        self.cr_done = torch.from_numpy(np.concatenate(rows.cr_done))
+        self.cr_phi = torch.tensor(np.asarray(rows.cr_phi, np.float32))
+        self.cr_phi_next = torch.tensor(np.asarray(rows.cr_phi_next, np.float32))
 
     def goal_memory(self) -> tuple[Tensor, Tensor]:
         """Every distinct instruction and wording whose goal has a value: embeddings (K, E) and values (K,)."""

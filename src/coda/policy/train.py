@@ -130,30 +130,11 @@ def train_policy(
             for step in range(1, steps + 1):
                 batch = data.sample(cfg.batch_size, gen, critic=cfg.train_critic, paraphrase_rate=cfg.paraphrase_rate,
                                     token_dropout=cfg.token_dropout)
-                loss, metrics = policy(batch)
-                loss_value = float(loss.detach())
-                if not math.isfinite(loss_value):
-                    _stop(policy, ckpt, step, f"loss is {loss_value}", metrics, batch, meta_base)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                norms = {k: float(torch.nn.utils.clip_grad_norm_(g, cfg.grad_clip)) for k, g in groups.items()}
-                for k, norm in norms.items():
-                    if not math.isfinite(norm):
-                        _stop(policy, ckpt, step, f"{k} gradient norm is {norm}", metrics, batch, meta_base)
-                opt.step()
-                sched.step()
-                if cfg.train_critic:
-                    policy.update_target()
-                metrics["grad_norm"] = norms["actor"]
-                metrics |= {f"{k}_grad_norm": v for k, v in norms.items() if k != "actor"}
-                metrics["lr"] = sched.get_last_lr()[0]
+                metrics = _optimizer_step(policy, batch, opt, sched, groups, ckpt=ckpt, step=step, meta=meta_base)
                 if step % cfg.log_every == 0 or step == steps:
                     elapsed = time.perf_counter() - t0
-                    line = {"step": step, **metrics, "elapsed_s": elapsed, "samples_per_s": step * per_step / elapsed}
-                    history.append(line)
-                    if log is not None:
-                        log.write(json.dumps(line) + "\n")
-                        log.flush()
+                    _log({"step": step, **metrics, "elapsed_s": elapsed, "samples_per_s": step * per_step / elapsed},
+                         history, log)
                     bar.update(task, info=f"loss {metrics['loss']:.4f}")
                 if ckpt is not None and (step % cfg.checkpoint_every == 0 or step == steps):
                     save_checkpoint(policy, ckpt, {**meta_base, "step": step})
@@ -184,12 +165,43 @@ def _warm_critic(policy: ChunkPolicy, data: ChunkDataset, gen: torch.Generator, 
         opt.step()
         policy.update_target()
         if step % cfg.log_every == 0 or step == steps:
-            line = {"warmup_step": step, **metrics}
-            lines.append(line)
-            if log is not None:
-                log.write(json.dumps(line) + "\n")
-                log.flush()
+            _log({"warmup_step": step, **metrics}, lines, log)
     return lines
+
+
+def _log(line: dict[str, float], lines: list[dict[str, float]], log: Any) -> None:
+    """Keep a metrics line and append it to the open JSONL file `log`, if any."""
+    lines.append(line)
+    if log is not None:
+        log.write(json.dumps(line) + "\n")
+        log.flush()
+
+
+def _optimizer_step(policy: ChunkPolicy, batch: TrainBatch, opt: torch.optim.Optimizer,
+                    sched: torch.optim.lr_scheduler.LRScheduler, groups: Mapping[str, list[Tensor]], *,
+                    ckpt: Path | None, step: int, meta: Mapping[str, Any]) -> dict[str, float]:
+    """One AdamW step on `batch` (gradients clipped per group, the target critic updated when trained); returns
+    the loss's metrics plus gradient norms and learning rate. A non-finite loss or gradient norm at `step` stops
+    training before the optimizer steps (`_stop`: the last good weights go to `ckpt` with `meta`)."""
+    cfg = policy.cfg
+    loss, metrics = policy(batch)
+    loss_value = float(loss.detach())
+    if not math.isfinite(loss_value):
+        _stop(policy, ckpt, step, f"loss is {loss_value}", metrics, batch, meta)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    norms = {k: float(torch.nn.utils.clip_grad_norm_(g, cfg.grad_clip)) for k, g in groups.items()}
+    for k, norm in norms.items():
+        if not math.isfinite(norm):
+            _stop(policy, ckpt, step, f"{k} gradient norm is {norm}", metrics, batch, meta)
+    opt.step()
+    sched.step()
+    if cfg.train_critic:
+        policy.update_target()
+    metrics["grad_norm"] = norms["actor"]
+    metrics |= {f"{k}_grad_norm": v for k, v in norms.items() if k != "actor"}
+    metrics["lr"] = sched.get_last_lr()[0]
+    return metrics
 
 
 def _stop(

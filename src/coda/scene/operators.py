@@ -17,26 +17,40 @@ silently dropping the paraphrase — put ``paraphrase`` last.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from coda.errors import CodaError
-from coda.registry import Registry
 from coda.scene.generators import GRASP_HALF, PUSH_HALF, validation_message
 from coda.scene.language import (
     DRAWER_FRACTIONS,
     DRAWER_TOL,
-    canonical_instruction,
     container_key,
     fraction_word,
     object_key,
     paraphrase,
 )
 from coda.scene.layout import problems
+from coda.scene.operator_base import (
+    OPERATORS,
+    Operator,
+    OperatorArgs,
+    OperatorError,
+    Ref,
+    check_feasible,
+    choose,
+    entity_pos,
+    goal_names,
+    operator,
+    ordered_range,
+    record,
+    resolve,
+    retell,
+    set_pos,
+    uniform,
+    with_entity,
+)
 from coda.scene.regions import REGIONS, PlacementError, Rect, footprint, inside_table
 from coda.scene.spec import (
     PALETTE,
@@ -48,37 +62,6 @@ from coda.scene.spec import (
     RegionSpec,
     ScenarioSpec,
 )
-
-
-class OperatorError(CodaError, ValueError):
-    """An operator cannot apply to a scene or got bad arguments; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class Operator:
-    """A registered scene edit: its name, argument model, implementation and the factor family it varies."""
-
-    name: str
-    args_model: type[BaseModel]
-    fn: Callable[..., ScenarioSpec]
-    doc: str
-
-
-OPERATORS: Registry[Operator] = Registry("operator")
-
-
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def operator(name: str, args_model: type[BaseModel]) -> Callable[[Callable[..., ScenarioSpec]], Callable[..., ScenarioSpec]]:
-    """Register `fn(rng, spec, **args)` under `name` with its argument model."""
-
-    def deco(fn: Callable[..., ScenarioSpec]) -> Callable[..., ScenarioSpec]:
-        OPERATORS.register(name, Operator(name, args_model, fn, (fn.__doc__ or "").strip().splitlines()[0]))
-        return fn
-
-    return deco
 
 
 def parse_args(op: str, args: dict[str, Any] | None) -> BaseModel:
@@ -107,105 +90,10 @@ def derive(rng: np.random.Generator, spec: ScenarioSpec, ops: list[tuple[str, di
     return spec.replace(provenance=prov)
 
 
-# ---- helpers ---------------------------------------------------------------------------------------
-
-REFS = ("target", "goal", "alt", "other", "any")
-
-
-def goal_names(spec: ScenarioSpec) -> list[str]:
-    """Entity names the goal mentions, in order."""
-    return [a for g in spec.goal for a in g.args]
-
-
-def resolve(rng: np.random.Generator, spec: ScenarioSpec, ref: str) -> str:
-    """The entity name a reference denotes (random choices use `rng`). Raises OperatorError if none fits."""
-    in_goal = set(goal_names(spec))
-    g = spec.goal[0]
-    if ref == "target":
-        return g.args[0]
-    if ref == "goal":
-        if len(g.args) < 2:
-            raise OperatorError(f"reference 'goal': goal {g.name}{tuple(g.args)} has no destination")
-        return g.args[1]
-    pools = {
-        "alt": [e.name for e in (*spec.containers, *spec.regions) if e.name not in in_goal],
-        "other": [o.name for o in spec.objects if o.name not in in_goal],
-        "any": [o.name for o in spec.objects],
-    }
-    if ref in pools:
-        if not pools[ref]:
-            raise OperatorError(f"reference '{ref}': no such entity in this {spec.family} scene")
-        return pools[ref][int(rng.integers(len(pools[ref])))]
-    names = [e.name for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)]
-    if ref not in names:
-        raise OperatorError(f"unknown entity reference '{ref}'. Available: {list(REFS) + names}")
-    return ref
-
-
-def _record(spec: ScenarioSpec, op_text: str, factors: list[str]) -> ScenarioSpec:
-    prov = spec.provenance
-    merged = list(prov.factors) + [f for f in factors if f not in prov.factors]
-    return spec.replace(provenance=prov.model_copy(update={"operators": (*prov.operators, op_text), "factors": tuple(merged)}))
-
-
-def _retell(op: str, old: ScenarioSpec, new: ScenarioSpec) -> ScenarioSpec:
-    """Keep the instruction true to the new scene (see the module docstring)."""
-    before, after = canonical_instruction(old), canonical_instruction(new)
-    if before == after:
-        return new
-    if old.instruction != before:
-        raise OperatorError(
-            f"'{op}' changes the words of an instruction that was already paraphrased; apply 'paraphrase' after '{op}'"
-        )
-    return new.replace(instruction=after)
-
-
-def _check(op: str, spec: ScenarioSpec) -> ScenarioSpec:
-    found = problems(spec)
-    if found:
-        raise OperatorError(f"'{op}' made an infeasible scene: {found[0]}")
-    return spec
-
-
-def _with_entity(spec: ScenarioSpec, name: str, **changes: Any) -> ScenarioSpec:
-    def edit(group: tuple) -> list:
-        return [e.model_copy(update=changes) if e.name == name else e for e in group]
-
-    return spec.replace(
-        objects=edit(spec.objects), containers=edit(spec.containers), drawers=edit(spec.drawers), regions=edit(spec.regions)
-    )
-
-
-def _pos(e: Any) -> tuple[float, float]:
-    return tuple(e.center) if isinstance(e, RegionSpec) else tuple(e.pos)  # type: ignore[return-value]
-
-
-def _set_pos(spec: ScenarioSpec, name: str, pos: tuple[float, float]) -> ScenarioSpec:
-    key = "center" if isinstance(spec.entity(name), RegionSpec) else "pos"
-    return _with_entity(spec, name, **{key: (round(pos[0], 4), round(pos[1], 4))})
-
-
-def _choose(rng: np.random.Generator, options: list[Any]) -> Any:
-    return options[int(rng.integers(len(options)))]
-
-
-def _uniform(rng: np.random.Generator, r: tuple[float, float]) -> float:
-    return round(float(rng.uniform(r[0], r[1])), 4)
-
-
-def _ordered(v: tuple[float, float]) -> tuple[float, float]:
-    if v[0] > v[1]:
-        raise ValueError(f"range {tuple(v)} must be (low, high) with low <= high")
-    return v
-
-
-Ref = str  # a reference (see REFS) or an entity name
-
-
 # ---- position -------------------------------------------------------------------------------------
 
 
-class Placement(_Args):
+class Placement(OperatorArgs):
     object: Ref = "target"  # the entity to move (object, container, region or drawer)
     region: str | list[str]  # a region name, or a list to draw one from
 
@@ -225,7 +113,7 @@ class PlaceArgs(Placement):
 
 
 def _near_target(spec: ScenarioSpec) -> Rect:
-    x, y = _pos(spec.entity(spec.goal[0].args[0]))
+    x, y = entity_pos(spec.entity(spec.goal[0].args[0]))
     return Rect(x - 0.12, x + 0.12, y - 0.12, y + 0.12)
 
 
@@ -250,7 +138,7 @@ def _place_all(rng: np.random.Generator, spec: ScenarioSpec, names: list[str], r
             if not inside_table(fp) or any(fp.conflicts(o, clearance) for o in (*static, *placed)):
                 break
             placed.append(fp)
-            cand = _set_pos(cand, name, (x, y))
+            cand = set_pos(cand, name, (x, y))
         else:
             if not problems(cand):
                 return cand
@@ -263,12 +151,12 @@ def _place_all(rng: np.random.Generator, spec: ScenarioSpec, names: list[str], r
 def place_in_region(rng: np.random.Generator, spec: ScenarioSpec, *, object: Ref, region: str | list[str], clearance: float, tries: int) -> ScenarioSpec:
     """Move an entity to a random free position inside a named region (or one of several)."""
     name = resolve(rng, spec, object)
-    reg = region if isinstance(region, str) else _choose(rng, list(region))
+    reg = region if isinstance(region, str) else choose(rng, list(region))
     out = _place(rng, spec, name, reg, clearance, tries)
-    return _record(out, f"place_in_region:{name}->{reg}", [f"position:{name}"])
+    return record(out, f"place_in_region:{name}->{reg}", [f"position:{name}"])
 
 
-class PlaceTogetherArgs(_Args):
+class PlaceTogetherArgs(OperatorArgs):
     places: list[Placement] = Field(min_length=2)  # the entities to move, each to its region
     clearance: float = Field(0.03, ge=0, le=0.1)  # gap to other footprints, metres
     tries: int = Field(500, ge=1)  # draws of all the positions at once before PlacementError
@@ -283,13 +171,13 @@ def place_together(rng: np.random.Generator, spec: ScenarioSpec, *, places: list
     names = [resolve(rng, spec, p.object) for p in places]
     if len(set(names)) < len(names):
         raise OperatorError(f"place_together moves each entity once, got {names}")
-    regions = [p.region if isinstance(p.region, str) else _choose(rng, list(p.region)) for p in places]
+    regions = [p.region if isinstance(p.region, str) else choose(rng, list(p.region)) for p in places]
     out = _place_all(rng, spec, names, regions, clearance, tries)
     text = ",".join(f"{n}->{r}" for n, r in zip(names, regions))
-    return _record(out, f"place_together:{text}", [f"position:{n}" for n in names])
+    return record(out, f"place_together:{text}", [f"position:{n}" for n in names])
 
 
-class SwapArgs(_Args):
+class SwapArgs(OperatorArgs):
     a: Ref = "target"  # first entity
     b: Ref = "other"  # second entity
 
@@ -303,12 +191,12 @@ def swap_positions(rng: np.random.Generator, spec: ScenarioSpec, *, a: Ref, b: R
     ea, eb = spec.entity(na), spec.entity(nb)
     if isinstance(ea, DrawerSpec) or isinstance(eb, DrawerSpec):
         raise OperatorError("swap_positions cannot move a drawer cabinet; use place_in_region")
-    out = _set_pos(_set_pos(spec, na, _pos(eb)), nb, _pos(ea))
-    out = _check("swap_positions", out)
-    return _record(out, f"swap_positions:{na}<->{nb}", [f"position:{na}", f"position:{nb}"])
+    out = set_pos(set_pos(spec, na, entity_pos(eb)), nb, entity_pos(ea))
+    out = check_feasible("swap_positions", out)
+    return record(out, f"swap_positions:{na}<->{nb}", [f"position:{na}", f"position:{nb}"])
 
 
-class RobotStartArgs(_Args):
+class RobotStartArgs(OperatorArgs):
     dx: tuple[float, float] = (-0.03, 0.08)  # range of the x offset added to the start position, metres
     dy: tuple[float, float] = (-0.15, 0.15)  # range of the y offset, metres
     dz: tuple[float, float] = (-0.05, 0.05)  # range of the z offset, metres
@@ -317,25 +205,25 @@ class RobotStartArgs(_Args):
     @field_validator("dx", "dy", "dz", "dyaw")
     @classmethod
     def _ok(cls, v: tuple[float, float]) -> tuple[float, float]:
-        return _ordered(v)
+        return ordered_range(v)
 
 
 @operator("move_robot_start", RobotStartArgs)
 def move_robot_start(rng: np.random.Generator, spec: ScenarioSpec, *, dx: tuple, dy: tuple, dz: tuple, dyaw: tuple) -> ScenarioSpec:
     """Offset the gripper's start pose (kept above the table inside the workspace)."""
     x, y, z = spec.robot.pos
-    nx = min(max(x + _uniform(rng, dx), -0.28), 0.1)
-    ny = min(max(y + _uniform(rng, dy), -0.25), 0.25)
-    nz = min(max(z + _uniform(rng, dz), 0.12), 0.4)
-    robot = spec.robot.model_copy(update={"pos": (round(nx, 4), round(ny, 4), round(nz, 4)), "yaw": round(spec.robot.yaw + _uniform(rng, dyaw), 4)})
+    nx = min(max(x + uniform(rng, dx), -0.28), 0.1)
+    ny = min(max(y + uniform(rng, dy), -0.25), 0.25)
+    nz = min(max(z + uniform(rng, dz), 0.12), 0.4)
+    robot = spec.robot.model_copy(update={"pos": (round(nx, 4), round(ny, 4), round(nz, 4)), "yaw": round(spec.robot.yaw + uniform(rng, dyaw), 4)})
     out = spec.replace(robot=robot)
-    return _record(out, f"move_robot_start:({nx:.3f},{ny:.3f},{nz:.3f})", ["robot_start"])
+    return record(out, f"move_robot_start:({nx:.3f},{ny:.3f},{nz:.3f})", ["robot_start"])
 
 
 # ---- language and task ----------------------------------------------------------------------------
 
 
-class ParaphraseArgs(_Args):
+class ParaphraseArgs(OperatorArgs):
     tier: Literal["train", "heldout"] = "train"  # vocabulary tier (heldout is reserved for evaluation)
     reorder: bool | None = None  # destination clause first (True), verb first (False), either (None)
     p_synonym: float = Field(0.7, ge=0, le=1)  # chance each describable word becomes a synonym
@@ -345,10 +233,10 @@ class ParaphraseArgs(_Args):
 def paraphrase_op(rng: np.random.Generator, spec: ScenarioSpec, *, tier: str, reorder: bool | None, p_synonym: float) -> ScenarioSpec:
     """Rewrite the instruction with another template and synonyms of a vocabulary tier; the goal is kept."""
     text = paraphrase(spec, rng, tier, reorder=reorder, p_synonym=p_synonym)  # type: ignore[arg-type]
-    return _record(spec.replace(instruction=text), f"paraphrase:{tier}", ["instruction"])
+    return record(spec.replace(instruction=text), f"paraphrase:{tier}", ["instruction"])
 
 
-class ChangeTaskArgs(_Args):
+class ChangeTaskArgs(OperatorArgs):
     change: Literal["any", "target", "destination", "fraction"] = "any"  # what part of the goal changes
 
 
@@ -380,7 +268,7 @@ def _with_goal(spec: ScenarioSpec, goal: GoalPredicate) -> ScenarioSpec:
         if isinstance(d, DrawerSpec) and abs(d.fraction - goal.value) <= (goal.tol or DRAWER_TOL) + 0.2:
             # the drawer must start away from the new goal, else the task is done at reset
             start = 1.0 if goal.value < 0.5 else 0.0
-            out = _with_entity(out, d.name, fraction=start)
+            out = with_entity(out, d.name, fraction=start)
     return out
 
 
@@ -401,16 +289,16 @@ def change_task(rng: np.random.Generator, spec: ScenarioSpec, *, change: str) ->
                 feasible.append(cand)
     if not feasible:
         raise OperatorError(f"change_task: no feasible alternative goal in this {spec.family} scene")
-    out = _retell("change_task", spec, _choose(rng, feasible))
+    out = retell("change_task", spec, choose(rng, feasible))
     g = out.goal[0]
     text = f"{g.name}({','.join(g.args)})" + (f"={g.value}" if g.value is not None else "")
-    return _record(out, f"change_task:{text}", ["task"])
+    return record(out, f"change_task:{text}", ["task"])
 
 
 # ---- objects --------------------------------------------------------------------------------------
 
 
-class RecolorArgs(_Args):
+class RecolorArgs(OperatorArgs):
     object: Ref = "target"  # entity to recolour (object, container, region or drawer)
     colors: list[str] | None = None  # colours to draw from (None = the whole palette)
 
@@ -440,12 +328,12 @@ def recolor(rng: np.random.Generator, spec: ScenarioSpec, *, object: Ref, colors
     pool = [c for c in (colors or list(PALETTE)) if c != e.color and _distinct(spec, name, e.model_copy(update={"color": c}))]
     if not pool:
         raise OperatorError(f"recolor: no colour in {colors or sorted(PALETTE)} keeps '{name}' distinguishable")
-    c = _choose(rng, pool)
-    out = _retell("recolor", spec, _with_entity(spec, name, color=c))
-    return _record(out, f"recolor:{name}->{c}", [f"object:{name}:color"])
+    c = choose(rng, pool)
+    out = retell("recolor", spec, with_entity(spec, name, color=c))
+    return record(out, f"recolor:{name}->{c}", [f"object:{name}:color"])
 
 
-class ResizeArgs(_Args):
+class ResizeArgs(OperatorArgs):
     object: Ref = "target"  # object to resize
     scale: tuple[float, float] | None = None  # range of a uniform scale factor on all half extents
     half: tuple[float, float] | None = None  # or: range of the new narrow half width (other extents follow), metres
@@ -457,7 +345,7 @@ class ResizeArgs(_Args):
             raise ValueError("give exactly one of 'scale' or 'half'")
         for r in (self.scale, self.half):
             if r is not None:
-                _ordered(r)
+                ordered_range(r)
                 if r[0] <= 0:
                     raise ValueError(f"range {r} must be positive")
         return self
@@ -472,16 +360,16 @@ def resize(rng: np.random.Generator, spec: ScenarioSpec, *, object: Ref, scale: 
         raise OperatorError(f"resize applies to objects; '{name}' is a {type(obj).__name__}")
     narrow = min(obj.size[0], obj.size[1])
     for _ in range(tries):
-        f = _uniform(rng, scale) if scale is not None else _uniform(rng, half) / narrow  # type: ignore[arg-type]
+        f = uniform(rng, scale) if scale is not None else uniform(rng, half) / narrow  # type: ignore[arg-type]
         size = tuple(round(min(s * f, 0.2), 4) for s in obj.size)
-        cand = _with_entity(spec, name, size=size)
+        cand = with_entity(spec, name, size=size)
         if _distinct(spec, name, cand.entity(name)) and not problems(cand):
-            out = _retell("resize", spec, cand)
-            return _record(out, f"resize:{name}x{f:.2f}", [f"object:{name}:size"])
+            out = retell("resize", spec, cand)
+            return record(out, f"resize:{name}x{f:.2f}", [f"object:{name}:size"])
     raise OperatorError(f"resize: no size of '{name}' in the given range keeps the scene feasible after {tries} tries")
 
 
-class ReshapeArgs(_Args):
+class ReshapeArgs(OperatorArgs):
     object: Ref = "target"  # object to reshape
     shapes: list[ObjectShape] = ["box", "cylinder", "sphere"]  # shapes to draw from (the current one is excluded)
 
@@ -499,17 +387,17 @@ def reshape(rng: np.random.Generator, spec: ScenarioSpec, *, object: Ref, shapes
     for shape in shapes:
         if shape == obj.shape:
             continue
-        cand = _with_entity(spec, name, shape=shape, size=sizes[shape], yaw=0.0)
+        cand = with_entity(spec, name, shape=shape, size=sizes[shape], yaw=0.0)
         if _distinct(spec, name, cand.entity(name)) and not problems(cand):
             feasible.append((shape, cand))
     if not feasible:
         raise OperatorError(f"reshape: no shape in {shapes} other than '{obj.shape}' keeps '{name}' feasible and distinguishable")
-    shape, cand = _choose(rng, feasible)
-    out = _retell("reshape", spec, cand)
-    return _record(out, f"reshape:{name}->{shape}", [f"object:{name}:shape"])
+    shape, cand = choose(rng, feasible)
+    out = retell("reshape", spec, cand)
+    return record(out, f"reshape:{name}->{shape}", [f"object:{name}:shape"])
 
 
-class DistractorArgs(_Args):
+class DistractorArgs(OperatorArgs):
     n: int | tuple[int, int] = 1  # how many distractors (or an inclusive range)
     kind: Literal["random", "lookalike"] = "random"  # lookalike: same shape or same colour as the target
     region: str = "table"  # where they go; "near_target" = within 12 cm of the target
@@ -535,16 +423,16 @@ class DistractorArgs(_Args):
 def _distractor(rng: np.random.Generator, spec: ScenarioSpec, name: str, kind: str, colors: list[str]) -> ObjectSpec:
     target = spec.entity(spec.goal[0].args[0])
     for _ in range(200):
-        shape = _choose(rng, ["box", "cylinder", "sphere"])
-        color = _choose(rng, colors)
+        shape = choose(rng, ["box", "cylinder", "sphere"])
+        color = choose(rng, colors)
         if kind == "lookalike":
             if isinstance(target, ObjectSpec) and rng.random() < 0.5:
                 shape = target.shape
             else:
                 color = target.color
         wide = isinstance(target, ObjectSpec) and kind == "lookalike" and shape == target.shape and spec.family == "push"
-        h = _uniform(rng, PUSH_HALF if wide else (0.018, GRASP_HALF[1] - 0.002))
-        size = (h, h, h) if shape != "cylinder" else (h, h, _uniform(rng, (0.02, 0.035)))
+        h = uniform(rng, PUSH_HALF if wide else (0.018, GRASP_HALF[1] - 0.002))
+        size = (h, h, h) if shape != "cylinder" else (h, h, uniform(rng, (0.02, 0.035)))
         if shape == "sphere" and wide:
             continue
         obj = ObjectSpec(name=name, shape=shape, size=size, color=color, pos=(0.0, 0.0))  # type: ignore[arg-type]
@@ -570,13 +458,13 @@ def add_distractors(rng: np.random.Generator, spec: ScenarioSpec, *, n: int | tu
         out = out.replace(objects=(*out.objects, obj))
         out = _place(rng, out, name, region, 0.03, tries)
         added.append(name)
-    return _record(out, f"add_distractors:{kind}:{','.join(added)}", ["distractor"])
+    return record(out, f"add_distractors:{kind}:{','.join(added)}", ["distractor"])
 
 
 # ---- physics --------------------------------------------------------------------------------------
 
 
-class PhysicsArgs(_Args):
+class PhysicsArgs(OperatorArgs):
     friction: tuple[float, float] | None = None  # range of the friction scale (all objects)
     mass: tuple[float, float] | None = None  # range of the mass scale (all objects)
     damping: tuple[float, float] | None = None  # range of a factor on every drawer's slide damping
@@ -587,7 +475,7 @@ class PhysicsArgs(_Args):
         if not given:
             raise ValueError("give at least one of 'friction', 'mass', 'damping'")
         for r in given:
-            _ordered(r)
+            ordered_range(r)
             if r[0] <= 0:
                 raise ValueError(f"range {r} must be positive")
         return self
@@ -600,24 +488,24 @@ def scale_physics(rng: np.random.Generator, spec: ScenarioSpec, *, friction: tup
     updates: dict[str, float] = {}
     factors, parts = [], []
     if friction is not None:
-        updates["friction_scale"] = _uniform(rng, friction)
+        updates["friction_scale"] = uniform(rng, friction)
         factors.append("physics:friction")
         parts.append(f"friction={updates['friction_scale']}")
     if mass is not None:
-        updates["mass_scale"] = _uniform(rng, mass)
+        updates["mass_scale"] = uniform(rng, mass)
         factors.append("physics:mass")
         parts.append(f"mass={updates['mass_scale']}")
     out = spec.replace(physics=phys.model_copy(update=updates))
     if damping is not None:
         if not spec.drawers:
             raise OperatorError("scale_physics damping needs a drawer; this scene has none")
-        f = _uniform(rng, damping)
+        f = uniform(rng, damping)
         for d in spec.drawers:
-            out = _with_entity(out, d.name, damping=round(d.damping * f, 4))
+            out = with_entity(out, d.name, damping=round(d.damping * f, 4))
         factors.append("physics:damping")
         parts.append(f"damping_x{f}")
     out = out.replace(physics=out.physics)  # re-validate ranges (PhysicsSpec bounds)
-    return _record(out, "scale_physics:" + ",".join(parts), factors)
+    return record(out, "scale_physics:" + ",".join(parts), factors)
 
 
 # ---- composition ----------------------------------------------------------------------------------
@@ -642,7 +530,7 @@ class OpCall(BaseModel):
         return self
 
 
-class OneOfArgs(_Args):
+class OneOfArgs(OperatorArgs):
     options: list[list[OpCall]] = Field(min_length=1)  # alternative operator sequences
     weights: list[float] | None = None  # relative weights (None = uniform)
 
@@ -677,6 +565,7 @@ __all__ = [
     "apply_operator",
     "derive",
     "describe_operators",
+    "goal_names",
     "parse_args",
     "resolve",
 ]

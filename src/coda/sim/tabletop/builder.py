@@ -14,6 +14,7 @@ changes sliding and grasping alike.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -358,8 +359,8 @@ def build_model(spec: ScenarioSpec, config: SimConfig | None = None) -> mujoco.M
 
 
 def _index(spec: ScenarioSpec, m: mujoco.MjModel, substeps: int) -> SceneIndex:
+    """The scene's entity rows (objects, containers, drawers, regions) with their model ids and start state."""
     ents: tuple[G.Entity, ...] = (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)
-    n = len(ents)
     kinds = tuple(
         "object" if isinstance(e, ObjectSpec) else "container" if isinstance(e, ContainerSpec)
         else "drawer" if isinstance(e, DrawerSpec) else "region"
@@ -369,24 +370,8 @@ def _index(spec: ScenarioSpec, m: mujoco.MjModel, substeps: int) -> SceneIndex:
         e.shape if isinstance(e, ObjectSpec) else e.kind if isinstance(e, ContainerSpec) else k  # type: ignore[union-attr]
         for e, k in zip(ents, kinds)
     )
-    rgb = np.array([PALETTE[e.color][:3] for e in ents], dtype=np.float64).reshape(n, 3)
-    size = np.zeros((n, 3))
-    static_pos = np.zeros((n, 3))
-    static_rot = np.tile(np.eye(3), (n, 1, 1))
-    for i, e in enumerate(ents):
-        if isinstance(e, ObjectSpec):
-            size[i] = e.size
-        elif isinstance(e, ContainerSpec):
-            size[i] = e.size
-            static_pos[i] = (e.pos[0], e.pos[1], G.CONTAINER_FLOOR)
-            static_rot[i] = yaw_mat(e.yaw)
-        elif isinstance(e, DrawerSpec):
-            size[i] = (G.cabinet_half_x(e), G.CABINET_HALF_Y, G.CABINET_HALF_Z)
-            static_pos[i] = G.handle_position(e, 0.0)
-            static_rot[i] = yaw_mat(e.yaw)
-        else:
-            size[i] = (e.half[0], e.half[1], 0.0)
-            static_pos[i] = (e.center[0], e.center[1], 0.0)
+    rgb = np.array([PALETTE[e.color][:3] for e in ents], dtype=np.float64).reshape(len(ents), 3)
+    size, static_pos, static_rot = _static_geometry(ents)
     n_obj = len(spec.objects)
     obj_rows = np.arange(n_obj)
     obj_j = [m.joint(f"{o.name}/free").id for o in spec.objects]
@@ -394,31 +379,9 @@ def _index(spec: ScenarioSpec, m: mujoco.MjModel, substeps: int) -> SceneIndex:
     drw_j = [m.joint(f"{d.name}/slide").id for d in spec.drawers]
     axes = np.array([[*G.drawer_axis(d), 0.0] for d in spec.drawers]).reshape(-1, 3)
     gj = [m.joint(nm).id for nm in ("robot/x", "robot/y", "robot/z", "robot/yaw", "robot/finger_left", "robot/finger_right")]
-    row_of_body: dict[int, int] = {}
-    cabinets: list[str] = []
-    for i, e in enumerate(ents):
-        if kinds[i] != "region":
-            row_of_body[m.body(e.name).id] = i
-        if isinstance(e, DrawerSpec):  # the fixed cabinet is not the drawer: touching it is not holding it
-            cabinets.append(f"{e.name}/cabinet")
-            row_of_body[m.body(f"{e.name}/cabinet").id] = n + len(cabinets)
-    geom_entity = np.full(m.ngeom, -1, dtype=np.int64)
-    table = m.geom("table/top").id
-    for g in range(m.ngeom):
-        if g == table:
-            geom_entity[g] = n
-        elif int(m.geom_bodyid[g]) in row_of_body:
-            geom_entity[g] = row_of_body[int(m.geom_bodyid[g])]
-    for i, r in enumerate(spec.regions):
-        geom_entity[m.geom(f"{r.name}/marker").id] = n_obj + len(spec.containers) + len(spec.drawers) + i
+    geom_entity, cabinets = _geom_entities(spec, m, ents, kinds)
     qadr = np.array([m.jnt_qposadr[j] for j in gj])
-    init_qpos = m.qpos0.copy()
-    start = spec.robot
-    fq = float(np.clip(finger_target(start.grip), *G.FINGER_RANGE))
-    init_qpos[qadr] = [*start.pos, start.yaw, fq, fq]
-    for d, j in zip(spec.drawers, drw_j):
-        init_qpos[m.jnt_qposadr[j]] = d.fraction * d.travel
-    init_ctrl = np.array([*start.pos, start.yaw, finger_target(start.grip), finger_target(start.grip)])
+    init_qpos, init_ctrl = _initial_state(spec, m, qadr, drw_j)
     return SceneIndex(
         names=tuple(e.name for e in ents),
         kinds=kinds,
@@ -446,3 +409,66 @@ def _index(spec: ScenarioSpec, m: mujoco.MjModel, substeps: int) -> SceneIndex:
         init_ctrl=init_ctrl,
         substeps=substeps,
     )
+
+
+def _static_geometry(ents: Sequence[G.Entity]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per entity row: half extents (n, 3), and the position (n, 3) and rotation (n, 3, 3) of what does not
+    move (container floors, drawer handles when closed, region centres; zeros and identity for objects)."""
+    n = len(ents)
+    size = np.zeros((n, 3))
+    static_pos = np.zeros((n, 3))
+    static_rot = np.tile(np.eye(3), (n, 1, 1))
+    for i, e in enumerate(ents):
+        if isinstance(e, ObjectSpec):
+            size[i] = e.size
+        elif isinstance(e, ContainerSpec):
+            size[i] = e.size
+            static_pos[i] = (e.pos[0], e.pos[1], G.CONTAINER_FLOOR)
+            static_rot[i] = yaw_mat(e.yaw)
+        elif isinstance(e, DrawerSpec):
+            size[i] = (G.cabinet_half_x(e), G.CABINET_HALF_Y, G.CABINET_HALF_Z)
+            static_pos[i] = G.handle_position(e, 0.0)
+            static_rot[i] = yaw_mat(e.yaw)
+        else:
+            size[i] = (e.half[0], e.half[1], 0.0)
+            static_pos[i] = (e.center[0], e.center[1], 0.0)
+    return size, static_pos, static_rot
+
+
+def _geom_entities(spec: ScenarioSpec, m: mujoco.MjModel, ents: Sequence[G.Entity],
+                   kinds: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """Per model geom, its contact row (-1: none): the entity's row, n for the table, n + 1, ... for the drawer
+    cabinets (whose names come second); region markers map to their region's row."""
+    n = len(ents)
+    row_of_body: dict[int, int] = {}
+    cabinets: list[str] = []
+    for i, e in enumerate(ents):
+        if kinds[i] != "region":
+            row_of_body[m.body(e.name).id] = i
+        if isinstance(e, DrawerSpec):  # the fixed cabinet is not the drawer: touching it is not holding it
+            cabinets.append(f"{e.name}/cabinet")
+            row_of_body[m.body(f"{e.name}/cabinet").id] = n + len(cabinets)
+    geom_entity = np.full(m.ngeom, -1, dtype=np.int64)
+    table = m.geom("table/top").id
+    for g in range(m.ngeom):
+        if g == table:
+            geom_entity[g] = n
+        elif int(m.geom_bodyid[g]) in row_of_body:
+            geom_entity[g] = row_of_body[int(m.geom_bodyid[g])]
+    first_region = len(spec.objects) + len(spec.containers) + len(spec.drawers)
+    for i, r in enumerate(spec.regions):
+        geom_entity[m.geom(f"{r.name}/marker").id] = first_region + i
+    return geom_entity, cabinets
+
+
+def _initial_state(spec: ScenarioSpec, m: mujoco.MjModel, qadr: np.ndarray,
+                   drw_j: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The reset qpos (gripper at its start pose, drawers at their start fraction) and control."""
+    init_qpos = m.qpos0.copy()
+    start = spec.robot
+    fq = float(np.clip(finger_target(start.grip), *G.FINGER_RANGE))
+    init_qpos[qadr] = [*start.pos, start.yaw, fq, fq]
+    for d, j in zip(spec.drawers, drw_j):
+        init_qpos[m.jnt_qposadr[j]] = d.fraction * d.travel
+    init_ctrl = np.array([*start.pos, start.yaw, finger_target(start.grip), finger_target(start.grip)])
+    return init_qpos, init_ctrl
