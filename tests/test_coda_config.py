@@ -43,15 +43,7 @@ def test_json_config_file(tmp_path: Path) -> None:
 def test_every_field_is_documented_where_declared() -> None:
     import inspect
 
-    def sections(model: type) -> list[type]:
-        out = [model]
-        for f in model.model_fields.values():
-            t = f.annotation
-            if isinstance(t, type) and issubclass(t, CodaConfig.__mro__[1]):
-                out += sections(t)
-        return out
-
-    for sec in sections(CodaConfig):
+    for sec in _sections(CodaConfig):
         src = inspect.getsource(sec)
         for name in sec.model_fields:
             line = next(ln for ln in src.splitlines() if ln.strip().startswith(f"{name}:"))
