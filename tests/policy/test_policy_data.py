@@ -179,6 +179,40 @@ def test_source_weights_set_each_sources_share_of_bc_batches(hashing) -> None:
     assert share(plain) < 0.2
 
 
+def test_unfamiliar_rate_swaps_in_the_episodes_own_variants_and_costs_no_draw_when_off(hashing) -> None:
+    """With variants held, `unfamiliar_rate` q shows about q of the samples one of their own episode's
+    unfamiliar-word variants; at q = 0 (or with no variants) the batch, and the generator after it, are those
+    of a dataset without variants."""
+    import torch
+
+    from coda.policy.text import unfamiliar_variants
+
+    eps = expert_episodes(make_specs(3, seed=5))
+    plain = ChunkDataset(eps, hashing, 4)
+    held = ChunkDataset(eps, hashing, 4, unfamiliar_variants=3)
+    assert plain.unfamiliar_ids.shape == (3, 0) and held.unfamiliar_ids.shape == (3, 3)
+    idx = torch.arange(held.n_bc).repeat(20)
+    g = torch.Generator().manual_seed(1)
+    batch = held.bc_batch(idx, generator=g, unfamiliar_rate=0.4)
+    rows = held.bc_row[idx]
+    recorded = held.text_table[held.instruction_id[rows]]
+    swapped = ~(batch.obs.instruction_emb == recorded).all(dim=1)
+    assert abs(float(swapped.float().mean()) - 0.4) < 0.05
+    for i in torch.nonzero(swapped).flatten()[:50].tolist():
+        ep = eps[int(held.row_episode[rows[i]])]
+        said = held.strings[int(held.instruction_id[rows[i]])]
+        assert said == ep.observations[0]["instruction"]
+        allowed = {held.strings.index(v) for v in unfamiliar_variants(said, 3)}
+        shown = [j for j in allowed if torch.equal(held.text_table[j], batch.obs.instruction_emb[i])]
+        assert shown, f"sample {i} shows a wording that is not one of its episode's variants"
+    for rate, data in ((0.0, held), (0.5, plain)):
+        g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+        a = data.bc_batch(idx[:64], generator=g1, unfamiliar_rate=rate)
+        b = plain.bc_batch(idx[:64], generator=g2)
+        assert torch.equal(a.obs.instruction_emb, b.obs.instruction_emb)
+        assert torch.equal(torch.rand(4, generator=g1), torch.rand(4, generator=g2))
+
+
 def test_max_oversample_caps_a_small_sources_share_and_gives_the_rest_to_the_others(hashing) -> None:
     """A source of 10 samples in 100 with weight 1 of 3 would fill a third of the batch; capped at 2x uniform it
     gets 0.2, the other two share the remaining 0.8 by their weights; a cap of 1 is uniform sampling."""

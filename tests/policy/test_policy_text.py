@@ -7,7 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coda.policy.text import HASHING_ID, MINILM_ID, HashingTextEncoder, TextEncoderError, text_encoder_for
+from coda.policy.text import (
+    HASHING_ID,
+    MINILM_ID,
+    UNFAMILIAR_WORDS,
+    HashingTextEncoder,
+    TextEncoderError,
+    text_encoder_for,
+    unfamiliar_variants,
+)
+from coda.scene.language import TIERS, vocabulary
+from coda.scene.spec import PALETTE
 
 
 def test_minilm_embeds_and_grounds_descriptions(minilm) -> None:
@@ -94,3 +104,21 @@ def test_hashing_is_deterministic_and_rejects_non_strings() -> None:
         HashingTextEncoder().encode(["ok", 3])  # type: ignore[list-item]
     with pytest.raises(TextEncoderError, match="unknown text model 'bert'"):
         text_encoder_for("bert")
+
+
+def test_unfamiliar_words_are_no_scene_word_and_variants_swap_one_word() -> None:
+    """The stand-in words name nothing a scene, tier or palette uses; each variant differs from the text in
+    exactly one word, at a different position each, and the same text gives the same variants."""
+    scene_words = set(PALETTE).union(*(vocabulary(t) for t in TIERS))
+    assert len(set(UNFAMILIAR_WORDS)) == len(UNFAMILIAR_WORDS) and not set(UNFAMILIAR_WORDS) & scene_words
+    text = "stack the small red cube on the large blue block"
+    variants = unfamiliar_variants(text, 4)
+    assert len(variants) == 4 and variants == unfamiliar_variants(text, 4)
+    spots = []
+    for v in variants:
+        diff = [i for i, (a, b) in enumerate(zip(text.split(), v.split())) if a != b]
+        assert len(v.split()) == len(text.split()) and len(diff) == 1
+        assert v.split()[diff[0]] in UNFAMILIAR_WORDS
+        spots.append(diff[0])
+    assert len(set(spots)) == 4
+    assert unfamiliar_variants("", 3) == () and unfamiliar_variants(text, 0) == ()

@@ -11,7 +11,10 @@ sum, discount gamma^k, terminal flag, the index of s_{t+k} and the potentials (s
 
 Wordings: an episode may carry other instructions for the same goal (`Episode.wordings`); a BC batch
 built with `paraphrase_rate` p shows a sample with one of them (uniformly) instead of the recorded
-instruction with probability p, so the policy learns that the wording does not change the task.
+instruction with probability p, so the policy learns that the wording does not change the task. A dataset built with `unfamiliar_variants` K
+also holds, per episode, K copies of its instruction with one word replaced by a word no scene uses
+(`coda.policy.text.unfamiliar_variants`); a batch built with `unfamiliar_rate` q shows one of them instead with
+probability q (after the paraphrase draw), so a word the policy cannot place does not move its choice.
 
 Data weights: episodes may be tagged with a *source* (e.g. "replay", "expert", "corrective") and each source
 given a weight; a BC batch then draws from source s with probability w_s / Σ w (over the sources present),
@@ -50,7 +53,7 @@ from coda.policy.features import (
     validate_obs,
 )
 from coda.policy.targets import nstep_chunks
-from coda.policy.text import TextEmbedder
+from coda.policy.text import TextEmbedder, unfamiliar_variants
 
 
 class BCBatch(NamedTuple):
@@ -157,6 +160,8 @@ class _EpisodeRows:
     instr: list[int] = field(default_factory=list)  # per row, string id of the instruction
     row_episode: list[int] = field(default_factory=list)  # per row, its episode
     wordings: list[list[int]] = field(default_factory=list)  # per episode, string ids of its other wordings
+    n_unfamiliar: int = 0  # unfamiliar-word variants kept per episode
+    unfamiliar: list[list[int]] = field(default_factory=list)  # per episode, string ids of those variants
     goal_rows: list[tuple[int, ...]] = field(default_factory=list)  # per episode
     goal_values: list[float] = field(default_factory=list)  # per episode
     valued: dict[int, float] = field(default_factory=dict)  # string id of an instruction (or wording) -> goal value
@@ -191,6 +196,8 @@ class _EpisodeRows:
         self.goal_rows.append(tuple(ep.goal_rows))
         self.goal_values.append(float(ep.goal_value))
         said = {self._sid(str(ep.observations[0]["instruction"])), *self.wordings[-1]}
+        variants = unfamiliar_variants(str(ep.observations[0]["instruction"]), self.n_unfamiliar)
+        self.unfamiliar.append([self._sid(v) for v in variants])
         if np.isfinite(ep.goal_value):
             for sid in said:
                 self.valued.setdefault(sid, float(ep.goal_value))
@@ -247,6 +254,7 @@ class ChunkDataset:
         sources: one source name per episode (same order), for `source_weights`.
         source_weights: sampling weight per source name (see the module docstring); needs `sources`.
         max_oversample: cap on any source's share relative to uniform sampling (see the module docstring).
+        unfamiliar_variants: K, the unfamiliar-word variants of each episode's instruction to hold (0: none).
     Raises:
         DatasetError: no BC samples, episodes with different dims, or sources/weights that do not fit.
     """
@@ -261,11 +269,12 @@ class ChunkDataset:
         sources: Sequence[str] | None = None,
         source_weights: Mapping[str, float] | None = None,
         max_oversample: float | None = None,
+        unfamiliar_variants: int = 0,
     ) -> None:
         if source_weights is not None and sources is None:
             raise DatasetError("source_weights given without sources: tag each episode with its source")
         self.chunk_len = chunk_len
-        rows = _EpisodeRows()
+        rows = _EpisodeRows(n_unfamiliar=unfamiliar_variants)
         for ep in episodes:
             rows.add(ep, _source(sources, rows.n_episodes, ep.spec_id), chunk_len, gamma, shaping_weight)
         self.n_episodes = rows.n_episodes
@@ -322,6 +331,7 @@ class ChunkDataset:
             if g:
                 self.goal_rows[i, : len(g)] = torch.tensor(g, dtype=torch.long)
         self.goal_value = torch.tensor(rows.goal_values, dtype=torch.float32)  # (episodes,), NaN = none
+        self.unfamiliar_ids = torch.tensor(rows.unfamiliar, dtype=torch.long).reshape(self.n_episodes, -1)  # (episodes, K)
         self._valued = sorted(rows.valued.items())
 
     def _set_samples(self, rows: _EpisodeRows) -> None:
@@ -414,12 +424,29 @@ class ChunkDataset:
         swap = (u[:, 0] < rate) & (count > 0)
         return torch.where(swap, self.wording_ids[ep, pick], self.instruction_id[rows])
 
+    def unfamiliar_for(self, rows: Tensor, ins: Tensor | None, rate: float, generator: torch.Generator) -> Tensor | None:
+        """Instruction string ids (B,) for dataset rows: with probability `rate` one of the episode's
+        unfamiliar-word variants (uniformly), else `ins` (None: the recorded ones); no draw when `rate` is 0 or
+        the dataset holds no variants."""
+        k = self.unfamiliar_ids.shape[1]
+        if rate <= 0 or k == 0:
+            return ins
+        ep = self.row_episode[rows]
+        u = torch.rand((len(rows), 2), generator=generator)
+        pick = (u[:, 1] * k).long().clamp(max=k - 1)
+        base = self.instruction_id[rows] if ins is None else ins
+        return torch.where(u[:, 0] < rate, self.unfamiliar_ids[ep, pick], base)
+
     def bc_batch(self, idx: Tensor, paraphrase_rate: float = 0.0, generator: torch.Generator | None = None,
-                 token_dropout: float = 0.0) -> BCBatch:
+                 token_dropout: float = 0.0, unfamiliar_rate: float = 0.0) -> BCBatch:
         """BC samples `idx` (B,). With a generator: `paraphrase_rate` > 0 shows some samples another wording,
-        `token_dropout` > 0 hides that share of instruction word pieces (every instruction keeps one)."""
+        `unfamiliar_rate` > 0 some an unfamiliar-word variant, `token_dropout` > 0 hides that share of
+        instruction word pieces (every instruction keeps one)."""
         rows = self.bc_row[idx]
-        ins = self.wordings_for(rows, paraphrase_rate, generator) if generator is not None else None
+        ins = None
+        if generator is not None:
+            ins = self.wordings_for(rows, paraphrase_rate, generator)
+            ins = self.unfamiliar_for(rows, ins, unfamiliar_rate, generator)
         obs = self.obs(rows, ins)
         if generator is not None and token_dropout > 0:
             mask = obs.instruction_token_mask
@@ -450,9 +477,10 @@ class ChunkDataset:
         return torch.multinomial(self.bc_prob, batch_size, replacement=True, generator=generator)
 
     def sample(self, batch_size: int, generator: torch.Generator, critic: bool = False,
-               paraphrase_rate: float = 0.0, token_dropout: float = 0.0) -> TrainBatch:
+               paraphrase_rate: float = 0.0, token_dropout: float = 0.0, unfamiliar_rate: float = 0.0) -> TrainBatch:
         """A random batch (with replacement) of BC samples (instruction augmentation as in `bc_batch`) and,
         if `critic`, of chunk transitions."""
-        bc = self.bc_batch(self.bc_indices(batch_size, generator), paraphrase_rate, generator, token_dropout)
+        bc = self.bc_batch(self.bc_indices(batch_size, generator), paraphrase_rate, generator, token_dropout,
+                           unfamiliar_rate)
         cr = self.critic_batch(torch.randint(self.n_critic, (batch_size,), generator=generator)) if critic else None
         return TrainBatch(bc, cr)

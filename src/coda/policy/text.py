@@ -18,6 +18,10 @@ else is in its batch and on how many threads split its matrix products, and a ru
 worker process, must see exactly the embeddings the first process saw.
 
 The empty string (padding in `object_text`) embeds to the zero vector (and no tokens) without calling the model.
+
+`unfamiliar_variants` gives copies of an instruction with one word replaced by an everyday word that no scene
+uses (`UNFAMILIAR_WORDS`): training on them teaches the policy that a word it cannot place should not move
+its choice of object, which is what a held-out synonym the embedder does not know looks like.
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ EMBED_DIM = 384
 MAX_TOKENS = 32  # word pieces kept per text (instructions have about 15)
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 HASHING_ID = "coda/hashing-bow-384"
+
+# Everyday words that name nothing in any scene, tier or palette (checked by a test against
+# `coda.scene.language.vocabulary`): the stand-ins for a word the policy has never seen.
+UNFAMILIAR_WORDS: tuple[str, ...] = (
+    "lamp", "river", "pencil", "garden", "window", "ticket", "mountain", "violin", "harbor", "candle",
+    "blanket", "tiger", "rocket", "meadow", "pillow", "anchor", "saddle", "lantern", "cactus", "falcon",
+    "glacier", "helmet", "island", "jacket", "kettle", "ladder", "magnet", "needle", "oyster", "parrot",
+    "quilt", "rabbit", "sandal", "tunnel", "umbrella", "valley", "walnut", "yogurt", "zebra", "bucket",
+    "camera", "dolphin", "engine", "feather", "guitar", "hammer", "igloo", "jungle", "koala", "lemur",
+    "mirror", "nutmeg", "orchard", "pepper", "quiver", "ribbon", "spinach", "trumpet", "velvet", "whistle",
+    "almond", "breeze", "canyon", "desert",
+)
 
 
 class TextEncoderError(CodaError, ValueError):
@@ -229,6 +245,23 @@ class HashingTextEncoder(_CachedEncoder):
     def _embed_tokens(self, text: str) -> np.ndarray:
         words = text.lower().split() or [text]
         return np.stack([self._hash([w]) for w in words])
+
+
+def unfamiliar_variants(text: str, n: int) -> tuple[str, ...]:
+    """`n` copies of `text` with one word (a different position each, cycling) replaced by an unfamiliar word;
+    the same text always gives the same variants. A text without words gives ()."""
+    words = text.split()
+    if not words or n <= 0:
+        return ()
+    seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+    rng = np.random.default_rng(seed)
+    spots = rng.permutation(len(words))
+    out = []
+    for k in range(n):
+        w = list(words)
+        w[int(spots[k % len(words)])] = UNFAMILIAR_WORDS[int(rng.integers(len(UNFAMILIAR_WORDS)))]
+        out.append(" ".join(w))
+    return tuple(out)
 
 
 _SHARED: dict[str, _CachedEncoder] = {}

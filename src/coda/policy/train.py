@@ -28,6 +28,8 @@ from coda.policy.policy import ChunkPolicy
 from coda.policy.samples import ChunkDataset, TrainBatch
 from coda.policy.text import TextEmbedder, text_encoder_for
 
+UNFAMILIAR_VARIANTS = 4  # unfamiliar-word variants held per episode when `unfamiliar_rate` > 0
+
 
 @dataclass
 class TrainResult:
@@ -129,7 +131,7 @@ def train_policy(
             task = bar.add_task("train", total=steps, info="")
             for step in range(1, steps + 1):
                 batch = data.sample(cfg.batch_size, gen, critic=cfg.train_critic, paraphrase_rate=cfg.paraphrase_rate,
-                                    token_dropout=cfg.token_dropout)
+                                    token_dropout=cfg.token_dropout, unfamiliar_rate=cfg.unfamiliar_rate)
                 metrics = _optimizer_step(policy, batch, opt, sched, groups, ckpt=ckpt, step=step, meta=meta_base)
                 if step % cfg.log_every == 0 or step == steps:
                     elapsed = time.perf_counter() - t0
@@ -253,14 +255,15 @@ def load_chunk_dataset(
     from coda.policy.data import DemoDataset
 
     text = text if text is not None else text_encoder_for(cfg.text_model)
+    variants = UNFAMILIAR_VARIANTS if cfg.unfamiliar_rate > 0 else 0
     if source_of is None:
         episodes: Iterable[Episode] = (ep for d in demo_dirs for ep in DemoDataset(d).episodes())
         return ChunkDataset(episodes, text, cfg.chunk_len, cfg.gamma, shaping_weight, source_weights=source_weights,
-                            max_oversample=max_oversample)
+                            max_oversample=max_oversample, unfamiliar_variants=variants)
     items = [(i, ep) for i, d in enumerate(demo_dirs) for ep in DemoDataset(d).episodes()]
     return ChunkDataset((ep for _, ep in items), text, cfg.chunk_len, cfg.gamma, shaping_weight,
                         sources=[source_of(i, ep) for i, ep in items], source_weights=source_weights,
-                        max_oversample=max_oversample)
+                        max_oversample=max_oversample, unfamiliar_variants=variants)
 
 
 def train_sft(
