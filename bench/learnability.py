@@ -74,6 +74,7 @@ ABLATIONS: dict[str, list[str]] = {
     "sentence_grounding": ["policy.grounding=sentence", "policy.frame=gripper"],  # item 1: the first build's grounding and frame
     "gripper_frame": ["policy.frame=gripper"],  # item 1: chunks along the world's axes from the gripper, not the goal's frame
     "no_grounding_labels": ["policy.grounding_weight=0.0"],  # item 1: pointers learned from BC alone
+    "no_unfamiliar": ["policy.unfamiliar_rate=0.0"],  # item 1: no training on instructions with unfamiliar words
     "read_motion": ["policy.read_motion=true"],  # the policy reads its own velocity and last grip command
     "awr": ["engine.improvement=awr"],  # item 2: the critic's advantage weights instead of plain behaviour cloning
     "short_finetune": ["policy.finetune_steps=500"],  # item 2: the first build's round length

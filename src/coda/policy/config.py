@@ -36,7 +36,7 @@ class PolicyConfig(Section):
     read_motion: bool = False  # read the last grip command and gripper velocity (off: BC cannot copy its own motion)
     grounding_weight: float = Field(0.1, ge=0)  # weight of the grounding losses: role pointers vs the goal's entities, goal value (demos record both)
     paraphrase_rate: float = Field(0.5, ge=0, le=1)  # share of BC samples trained with another stored wording of their instruction
-    unfamiliar_rate: float = Field(0.0, ge=0, le=1)  # share of BC samples whose instruction has one word swapped for an everyday word no scene uses
+    unfamiliar_rate: float = Field(0.5, ge=0, le=1)  # share of BC samples whose instruction has some words swapped for everyday words no scene uses
     lr: float = Field(1e-3, gt=0)  # AdamW learning rate
     lr_decay: bool = True  # cosine-decay the learning rate to 10% over each training run
     weight_decay: float = Field(1e-4, ge=0)  # AdamW weight decay

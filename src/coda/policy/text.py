@@ -19,7 +19,7 @@ worker process, must see exactly the embeddings the first process saw.
 
 The empty string (padding in `object_text`) embeds to the zero vector (and no tokens) without calling the model.
 
-`unfamiliar_variants` gives copies of an instruction with one word replaced by an everyday word that no scene
+`unfamiliar_variants` gives copies of an instruction with some words replaced by everyday words that no scene
 uses (`UNFAMILIAR_WORDS`): training on them teaches the policy that a word it cannot place should not move
 its choice of object, which is what a held-out synonym the embedder does not know looks like.
 """
@@ -42,7 +42,7 @@ MAX_TOKENS = 32  # word pieces kept per text (instructions have about 15)
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 HASHING_ID = "coda/hashing-bow-384"
 
-# Everyday words that name nothing in any scene, tier or palette (checked by a test against
+# Everyday words (nouns, colours, finishes) that name nothing in any scene, tier or palette (checked by a test against
 # `coda.scene.language.vocabulary`): the stand-ins for a word the policy has never seen.
 UNFAMILIAR_WORDS: tuple[str, ...] = (
     "lamp", "river", "pencil", "garden", "window", "ticket", "mountain", "violin", "harbor", "candle",
@@ -52,6 +52,11 @@ UNFAMILIAR_WORDS: tuple[str, ...] = (
     "camera", "dolphin", "engine", "feather", "guitar", "hammer", "igloo", "jungle", "koala", "lemur",
     "mirror", "nutmeg", "orchard", "pepper", "quiver", "ribbon", "spinach", "trumpet", "velvet", "whistle",
     "almond", "breeze", "canyon", "desert",
+    # colours and finishes no scene uses: an unknown word that looks like an attribute
+    "beige", "maroon", "olive", "khaki", "lavender", "indigo", "magenta", "tan", "amber", "coral", "peach",
+    "mint", "sand", "charcoal", "burgundy", "bronze", "copper", "rust", "cream", "mauve", "sepia", "ochre",
+    "vermilion", "cerulean", "sapphire", "wooden", "glossy", "matte", "striped", "dotted", "shiny", "dusty",
+    "rusty", "polished",
 )
 
 
@@ -247,20 +252,20 @@ class HashingTextEncoder(_CachedEncoder):
         return np.stack([self._hash([w]) for w in words])
 
 
-def unfamiliar_variants(text: str, n: int) -> tuple[str, ...]:
-    """`n` copies of `text` with one word (a different position each, cycling) replaced by an unfamiliar word;
-    the same text always gives the same variants. A text without words gives ()."""
+def unfamiliar_variants(text: str, n: int, share: float = 1 / 3) -> tuple[str, ...]:
+    """`n` copies of `text`, each with a seeded random `share` of its words (at least one) replaced by
+    unfamiliar words; the same text always gives the same variants. A text without words gives ()."""
     words = text.split()
     if not words or n <= 0:
         return ()
     seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
     rng = np.random.default_rng(seed)
-    spots = rng.permutation(len(words))
     out = []
-    for k in range(n):
-        w = list(words)
-        w[int(spots[k % len(words)])] = UNFAMILIAR_WORDS[int(rng.integers(len(UNFAMILIAR_WORDS)))]
-        out.append(" ".join(w))
+    for _ in range(n):
+        swap = rng.random(len(words)) < share
+        swap[int(rng.integers(len(words)))] = True
+        new = [UNFAMILIAR_WORDS[int(rng.integers(len(UNFAMILIAR_WORDS)))] if s else w for w, s in zip(words, swap)]
+        out.append(" ".join(new))
     return tuple(out)
 
 

@@ -28,7 +28,7 @@ from coda.policy.policy import ChunkPolicy
 from coda.policy.samples import ChunkDataset, TrainBatch
 from coda.policy.text import TextEmbedder, text_encoder_for
 
-UNFAMILIAR_VARIANTS = 4  # unfamiliar-word variants held per episode when `unfamiliar_rate` > 0
+UNFAMILIAR_VARIANTS = 8  # unfamiliar-word variants held per episode when `unfamiliar_rate` > 0
 
 
 @dataclass
