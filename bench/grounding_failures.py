@@ -7,6 +7,10 @@ and each failure is put in one class:
 - `right_object`: the named object moved most, but the goal does not hold at the end (placement, grasp, slip);
 - `still`: no object moved more than 2 cm.
 
+A `right_object` failure of a goal with a destination region (`at_region`) is split further by where the
+object ended: `right_object_other_region` when its centre ended nearer another region of the scene than the
+named one (the destination was misread), else `right_object` (it went for the named region and missed).
+
 For a drawer goal (`drawer_fraction`) it counts instead where the drawer ended, to the nearest quarter
 (`final_fraction`), beside the fraction asked for.
 
@@ -50,7 +54,16 @@ def classify(rollout: Any) -> str:
     top = max(moved, key=moved.get)
     if moved[top] < MOVED:
         return "still"
-    return "right_object" if top == target else "wrong_object"
+    if top != target:
+        return "wrong_object"
+    goal = rollout.spec.goal[0]
+    regions = {r.name: np.asarray(r.center, float) for r in rollout.spec.regions}
+    if goal.name == "at_region" and len(regions) > 1:
+        end = last.pos[last.index[target], :2]
+        nearest = min(regions, key=lambda n: float(np.linalg.norm(end - regions[n])))
+        if nearest != goal.args[1]:
+            return "right_object_other_region"
+    return "right_object"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                             for r in rollouts)
             out[name].update(asked=dict(sorted(asked.items())), final_fraction=dict(sorted(final.items())))
         else:
-            counts: dict[str, int] = {"wrong_object": 0, "right_object": 0, "still": 0}
+            counts: dict[str, int] = {"wrong_object": 0, "right_object": 0, "right_object_other_region": 0,
+                                      "still": 0}
             for r in rollouts:
                 if not r.success:
                     counts[classify(r)] += 1
