@@ -11,10 +11,11 @@ sum, discount gamma^k, terminal flag, the index of s_{t+k} and the potentials (s
 
 Wordings: an episode may carry other instructions for the same goal (`Episode.wordings`); a BC batch
 built with `paraphrase_rate` p shows a sample with one of them (uniformly) instead of the recorded
-instruction with probability p, so the policy learns that the wording does not change the task. A dataset built with `unfamiliar_variants` K
-also holds, per episode, K copies of its instruction with one word replaced by a word no scene uses
-(`coda.policy.text.unfamiliar_variants`); a batch built with `unfamiliar_rate` q shows one of them instead with
-probability q (after the paraphrase draw), so a word the policy cannot place does not move its choice.
+instruction with probability p, so the policy learns that the wording does not change the task. A dataset
+built with `unfamiliar_variants` K also holds, per episode, K copies of its recorded instruction with some words
+replaced by words no scene uses (`coda.policy.text.unfamiliar_variants`); a batch built with `unfamiliar_rate`
+q shows one of them instead with probability q (after the paraphrase draw), so a word the policy cannot place
+does not move its choice.
 
 Data weights: episodes may be tagged with a *source* (e.g. "replay", "expert", "corrective") and each source
 given a weight; a BC batch then draws from source s with probability w_s / Σ w (over the sources present),
