@@ -196,9 +196,9 @@ class _EpisodeRows:
         self.wordings.append([self._sid(w) for w in ep.wordings if w])
         self.goal_rows.append(tuple(ep.goal_rows))
         self.goal_values.append(float(ep.goal_value))
-        said = {self._sid(str(ep.observations[0]["instruction"])), *self.wordings[-1]}
-        variants = unfamiliar_variants(str(ep.observations[0]["instruction"]), self.n_unfamiliar)
-        self.unfamiliar.append([self._sid(v) for v in variants])
+        recorded = str(ep.observations[0]["instruction"])
+        said = {self._sid(recorded), *self.wordings[-1]}
+        self.unfamiliar.append([self._sid(v) for v in unfamiliar_variants(recorded, self.n_unfamiliar)])
         if np.isfinite(ep.goal_value):
             for sid in said:
                 self.valued.setdefault(sid, float(ep.goal_value))
@@ -418,12 +418,7 @@ class ChunkDataset:
         wordings (uniformly), else the recorded one; None when no row could change."""
         if rate <= 0 or not bool((self.wording_count > 0).any()):
             return None
-        ep = self.row_episode[rows]
-        count = self.wording_count[ep]
-        u = torch.rand((len(rows), 2), generator=generator)
-        pick = (u[:, 1] * count).long().clamp(max=self.wording_ids.shape[1] - 1)
-        swap = (u[:, 0] < rate) & (count > 0)
-        return torch.where(swap, self.wording_ids[ep, pick], self.instruction_id[rows])
+        return self._swap_in(rows, self.instruction_id[rows], self.wording_ids, self.wording_count, rate, generator)
 
     def unfamiliar_for(self, rows: Tensor, ins: Tensor | None, rate: float, generator: torch.Generator) -> Tensor | None:
         """Instruction string ids (B,) for dataset rows: with probability `rate` one of the episode's
@@ -432,11 +427,20 @@ class ChunkDataset:
         k = self.unfamiliar_ids.shape[1]
         if rate <= 0 or k == 0:
             return ins
-        ep = self.row_episode[rows]
-        u = torch.rand((len(rows), 2), generator=generator)
-        pick = (u[:, 1] * k).long().clamp(max=k - 1)
         base = self.instruction_id[rows] if ins is None else ins
-        return torch.where(u[:, 0] < rate, self.unfamiliar_ids[ep, pick], base)
+        count = torch.full((self.n_episodes,), k, dtype=torch.long)
+        return self._swap_in(rows, base, self.unfamiliar_ids, count, rate, generator)
+
+    def _swap_in(self, rows: Tensor, base: Tensor, table: Tensor, count: Tensor, rate: float,
+                 generator: torch.Generator) -> Tensor:
+        """`base` string ids (B,) with each row's, with probability `rate`, replaced by one of the first
+        `count[episode]` ids of its episode's row of `table` (episodes, W), uniformly; rows of episodes with
+        none keep theirs."""
+        ep = self.row_episode[rows]
+        n = count[ep]
+        u = torch.rand((len(rows), 2), generator=generator)
+        pick = (u[:, 1] * n).long().clamp(max=table.shape[1] - 1)
+        return torch.where((u[:, 0] < rate) & (n > 0), table[ep, pick], base)
 
     def bc_batch(self, idx: Tensor, paraphrase_rate: float = 0.0, generator: torch.Generator | None = None,
                  token_dropout: float = 0.0, unfamiliar_rate: float = 0.0) -> BCBatch:
