@@ -131,3 +131,19 @@ def test_expert_rejects_goals_on_the_wrong_kinds(scenes):
     bad = spec.replace(goal=({"name": "in", "args": ["obj0", "obj1"]},))
     with pytest.raises(ExpertError, match="needs entities of kinds"):
         expert_for(bad)
+
+
+def test_push_expert_leaves_the_object_well_inside_the_region(env):
+    """A push demo must not end with the object just over the region's edge: a policy copying it stops there,
+    and a few millimetres short is a failure."""
+    from coda.scene.splits import make_split
+    from coda.sim.tabletop.experts import PUSH_DEPTH
+
+    for spec in make_split("push", "position", 4, seed=7):
+        ep = rollout_expert(env, spec)
+        assert ep.success, f"{spec.spec_id}: expert failed after {ep.length} steps"
+        s = ep.states[-1]
+        obj, region = spec.goal[0].args
+        i, j = s.row(obj, "object"), s.row(region, "region")
+        depth = np.abs(s.pos[i, :2] - s.pos[j, :2]) / s.size[j, :2]
+        assert depth.max() <= PUSH_DEPTH + 0.05, (spec.spec_id, depth)  # the edge is 1.0
