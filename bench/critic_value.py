@@ -408,6 +408,7 @@ def run_family(family: str, cfg: Any, work: Path, workers: int, bar: Progress, t
     bar.update(task, description=f"{family}: rollouts")
     eval_dirs = {name: replays(backend, sft, specs, cfg, workers, root / f"episodes_{name}_n{n_eval}", name == "held_out")
                  for name, specs in sets.items()}
+    backend.close()  # its workers
     phase("rollouts", t0)
 
     t0 = time.perf_counter()

@@ -93,7 +93,8 @@ def demos(work: Path, family: str, name: str, specs: list[Any], cfg: Any) -> Pat
     import shutil
 
     shutil.rmtree(tmp, ignore_errors=True)
-    RoundBackend(cfg).collect_demos(specs, tmp)
+    with RoundBackend(cfg) as backend:
+        backend.collect_demos(specs, tmp)
     tmp.rename(out)
     return out
 
@@ -175,6 +176,7 @@ def corrective_demos(sft: Path, matched: list[Any], cfg: Any, out: Path) -> list
         for ep in backend.round_episodes(jobs):
             if ep is not None:
                 writer.add(ep)
+    backend.close()
     tmp.rename(out)
     return [out]
 

@@ -60,7 +60,8 @@ def make_checkpoint(work: Path, steps: int) -> Path:
     torch.set_num_threads(1)
     dirs = []
     for fam in FAMILIES:
-        RoundBackend(cfg).collect_demos(build_split(fam, "sft", 4, seed=0, check=sim_check).valid, work / f"demos_{fam}")
+        with RoundBackend(cfg) as backend:
+            backend.collect_demos(build_split(fam, "sft", 4, seed=0, check=sim_check).valid, work / f"demos_{fam}")
         dirs.append(work / f"demos_{fam}")
     train_sft(dirs, cfg.policy, ckpt)
     return ckpt

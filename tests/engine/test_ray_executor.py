@@ -1,7 +1,7 @@
 """The Ray executor (`runtime.executor = "ray"`, `coda.runtime.executor.RayExecutor`) on a local Ray started
 by the test (loopback, no dashboard): jobs come back in order, a checkpoint travels by content, a worker
-killed mid-map is replaced and its job retried, and a `tiny` round run on Ray ends with the same memory as
-the same round on the local executor."""
+killed mid-map is replaced and its job retried, and a `tiny` round run on two Ray actors (rollouts, validity
+checks, demos and verification episodes) ends with the same memory as the same round in one local process."""
 
 from __future__ import annotations
 
@@ -73,12 +73,15 @@ def test_a_tiny_round_on_ray_matches_the_local_executor(executor, tmp_path: Path
 
     reference = E.memory_contents(E.strategy_run("coda"))
     path = tmp_path / "on_ray"
-    with start_run(E.config("coda", extra=("runtime.executor=ray",)), path, from_round0=E.round0()) as ctx:
+    # two actors: the rollouts and the backend's checks, demos and verification episodes all run on Ray
+    with start_run(E.config("coda", extra=("runtime.executor=ray", "runtime.workers=2")), path,
+                   from_round0=E.round0()) as ctx:
         run(ctx, report=False)
-        assert ctx.executor.name == "ray"
+        assert ctx.executor.name == "ray" and ctx.backend.workers == 2
+        assert ctx.backend.worker_jobs > 0
     got = E.memory_contents(path)
     for kind in reference:
-        assert got[kind] == reference[kind], f"{kind} records differ between the Ray and the local executor"
+        assert got[kind] == reference[kind], f"{kind} records differ between Ray (two workers) and one local process"
 
 
 def _dying_in_measure(eval_ids: frozenset[str], marker_dir: str):  # type: ignore[no-untyped-def]

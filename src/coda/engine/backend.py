@@ -18,6 +18,13 @@ every backend; everything that depends on what a scene *is* goes through a `Roun
 | `verify_many` | the verdicts of a round's diagnoses, in order |
 | `planner` | the planner of a strategy on this backend (CoDA's failure-mode compiler differs per backend) |
 
+Parallel work: a backend runs its validity checks, train-phase episodes, demos and verification episodes on
+`executor` (`coda.runtime.executor`, the run's: worker processes, or Ray actors) when it has more than one
+worker. Its workers are a pool set up once (each with its own backend and env, `_init_worker`) and kept
+until `close()`. The jobs are pure functions of their inputs (scenes, seeds, a checkpoint shipped by
+content), and results come back in job order, so what the driver writes does not depend on the number of
+workers or where they run. Close a backend (or use it as a context manager) to stop its workers.
+
 `valid_scenes(backend, stream, n, max_tries)` draws candidates from a scene stream and checks them in
 batches (`check_many`, which a backend may spread over worker processes) until `n` are valid; what it keeps
 is what checking one candidate at a time would keep.
@@ -55,10 +62,47 @@ class RoundBackend:
     eval_splits: tuple[str, ...] = ("sft", "position", "instruction", "task", "object", "distractor", "physics")
     measure_keyframes = 3  # keyframes kept per failed evaluation episode
     verify_base_split = "sft"  # the round-0 split whose scenes the counterfactual check edits
-    check_batch = 1  # scenes `check_many` checks at once to good effect (more when it uses worker processes)
 
-    def __init__(self, cfg: "CodaConfig") -> None:
+    def __init__(self, cfg: "CodaConfig", executor: Any = None) -> None:
         self.cfg = cfg
+        self._executor = executor  # None: one made from `cfg.runtime` when first needed, closed with this backend
+        self._own_executor = executor is None
+        self._pool: Any = None
+        self.worker_jobs = 0  # jobs sent to the workers so far
+
+    @property
+    def workers(self) -> int:
+        """Workers the backend's parallel jobs run on (`runtime.workers`, or the given executor's)."""
+        return self._executor.workers if self._executor is not None else max(1, int(self.cfg.runtime.workers))
+
+    @property
+    def check_batch(self) -> int:
+        """Scenes `check_many` checks at once to good effect: one per worker."""
+        return self.workers
+
+    @property
+    def executor(self) -> Any:
+        """Where the backend's parallel jobs run (the run's executor, or one of `runtime`'s own)."""
+        if self._executor is None:
+            from coda.runtime.executor import make_executor
+
+            self._executor = make_executor(self.cfg.runtime)
+        return self._executor
+
+    def _on_workers(self, fn: Callable[[Any], Any], jobs: list[Any]) -> Iterator[Any]:
+        """`fn(job)` of each job on the backend's worker pool (each worker with its own backend and env,
+        started once), results in job order."""
+        if self._pool is None:
+            self._pool = self.executor.pool(_init_worker, (type(self), self.cfg.model_dump(mode="json")),
+                                            _close_worker)
+        self.worker_jobs += len(jobs)
+        return self._pool.map(fn, jobs)
+
+    def __enter__(self) -> "RoundBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- scenes -------------------------------------------------------------------------------------
 
@@ -68,33 +112,57 @@ class RoundBackend:
         return ScenarioSpec.from_dict(data)
 
     def check(self, spec: Any) -> tuple[bool, str]:
-        from coda.sim.tabletop.validity import sim_check
-
-        ok, reason, _ = sim_check(spec)
+        ok, reason, _ = self.check_in(None, spec)
         return ok, reason
 
+    def check_in(self, env: Any, spec: Any) -> tuple[bool, str, Any]:
+        """(valid, reason, details) of a scene, checked in a worker's `env` where the backend needs one (the
+        tabletop's check builds its own model)."""
+        from coda.sim.tabletop.validity import sim_check
+
+        return sim_check(spec)
+
     def check_many(self, specs: Sequence[Any]) -> list[tuple[bool, str]]:
-        """`check` of each scene, in order."""
-        return [self.check(s) for s in specs]
+        """`check` of each scene, in order (across the workers when there are several)."""
+        return [(ok, reason) for ok, reason, _ in self._check_details(specs)]
+
+    def _check_details(self, specs: Sequence[Any]) -> list[tuple[bool, str, Any]]:
+        if self.workers <= 1 or len(specs) <= 1:
+            return [self.check_in(None, s) for s in specs]
+        return list(self._on_workers(_check_job, list(specs)))
 
     def round_episodes(self, jobs: Sequence["EpisodeJob"], accepted: set[str] = frozenset()) -> list[Any]:
         """The train phase's episodes (`EpisodeJob`), in order, each with Φ attached (None where the expert
-        failed an `expert` job)."""
-        env = self.make_env()
-        try:
-            return [run_episode_job(self, env, job, accepted) for job in jobs]
-        finally:
-            env.close()
+        failed an `expert` job); across the workers when there are several."""
+        return list(self._episodes(jobs, accepted))
+
+    def _episodes(self, jobs: Sequence["EpisodeJob"], accepted: set[str] = frozenset()) -> Iterator[Any]:
+        if self.workers <= 1 or len(jobs) <= 1:
+            env = self.make_env()
+            try:
+                for job in jobs:
+                    yield run_episode_job(self, env, job, accepted)
+            finally:
+                env.close()
+            return
+        yield from self._on_workers(_episode_job, [(job, set(accepted)) for job in jobs])
 
     def close(self) -> None:
-        """Release what the backend holds (worker processes, environments)."""
+        """Stop the backend's workers (and its own executor, if it made one)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if self._own_executor and self._executor is not None:
+            self._executor.close()
+            self._executor = None
 
     def build_split(self, family: str, name: str, split: str, n: int, seed: int) -> tuple[list[Any], list[tuple[Any, str]]]:
         """(valid scenes, [(rejected scene, reason)]) of one split (`name` "train" is the SFT training set)."""
         from coda.scene.splits import build_split
         from coda.sim.tabletop.validity import sim_check
 
-        res = build_split(family, split, n, seed, check=sim_check, workers=self.cfg.runtime.workers)
+        res = build_split(family, split, n, seed, check=sim_check, workers=self.workers,
+                          check_many=self._check_details if self.workers > 1 else None)
         return list(res.valid), [(r.spec, r.reason) for r in res.rejected]
 
     def explore_body(self, families: Sequence[str], count: int, n_edits: int, seed: int) -> dict[str, Any]:
@@ -132,19 +200,28 @@ class RoundBackend:
         return expert_for(spec, self.cfg.sim.expert_chunk)
 
     def collect_demos(self, specs: Sequence[Any], out_dir: Any) -> Any:
-        """Expert demos in `specs` (canonical Φ attached) into the dataset directory `out_dir`; a DemoReport."""
-        from coda.policy.data import collect_demos
+        """Expert demos in `specs` (canonical Φ, wordings and goal labels attached) into the dataset directory
+        `out_dir`, in `specs` order (across the workers when there are several); a CollectReport."""
+        from pathlib import Path
 
-        env = self.make_env()
-        try:
-            def phi(spec: Any, states: Sequence[Any]) -> np.ndarray:
-                return np.asarray(self.phis(env, spec, states), np.float32)
+        from rich.progress import track
 
-            return collect_demos(env, list(specs), lambda s: self.expert(s, env), out_dir, progress=True,
-                                 potential_fn=phi, wordings_fn=self.wordings,
-                                 goal_fn=self.goal_labels)
-        finally:
-            env.close()
+        from coda.policy.data import CollectReport, DemoWriter
+
+        specs = list(specs)
+        report = CollectReport(path=Path(out_dir), attempted=len(specs), succeeded=0, written=0, steps=0)
+        episodes = self._episodes([EpisodeJob("expert", s) for s in specs])
+        with DemoWriter(out_dir) as writer:
+            for spec, ep in zip(specs, track(episodes, total=len(specs), description="collecting demos",
+                                             transient=True)):
+                if ep is None:  # the expert failed this scene
+                    report.failed_specs.append(spec.spec_id)
+                    continue
+                writer.add(ep)
+                report.succeeded += 1
+                report.written += 1
+                report.steps += ep.length
+        return report
 
     def wordings(self, spec: Any) -> tuple[str, ...]:
         """Other instructions for a scene's goal that training may show in place of its own (`train` tier)."""
@@ -194,15 +271,75 @@ class RoundBackend:
                     base_scenes: Sequence[Any]) -> list[Any]:
         """The Verdict of each (diagnosis, EpisodeRecord) in `jobs`, in order: one verifier (`make_verifier`
         with `seed`) checks them against the policy of `checkpoint`, acting in `env`."""
+        if self.workers > 1 and len(jobs) > 1:  # a diagnosis per job; each worker keeps its verifier and policy
+            shipped, base = self.executor.ship(checkpoint), list(base_scenes)
+            return list(self._on_workers(_verify_job, [(shipped, seed, d, ep, base) for d, ep in jobs]))
         verifier = self.make_verifier(env, seed)
-        success = PolicySuccess(checkpoint, env, self.cfg.runtime.rollout_batch, self.make_env)
+        success = self.policy_success(checkpoint, env)
         try:
             return [verifier.check(d, ep, policy_success=success, base_scenes=base_scenes) for d, ep in jobs]
         finally:
             success.close()
 
+    def policy_success(self, checkpoint: Any, env: Any) -> "PolicySuccess":
+        """The verifier's question "does the policy of `checkpoint` solve this scene?", asked in `env` (and
+        `runtime.rollout_batch` envs like it, rolled out together)."""
+        return PolicySuccess(checkpoint, env, self.cfg.runtime.rollout_batch, self.make_env)
+
     def planner(self, strategy: str, default: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return default
+
+
+_WORKER: dict[str, Any] = {}  # a backend worker's backend and env (and its verifier, per checkpoint and seed)
+
+
+def _init_worker(backend_cls: type[RoundBackend], cfg: dict[str, Any]) -> None:
+    from coda.config import CodaConfig
+    from coda.runtime.executor import LocalExecutor
+
+    backend = backend_cls(CodaConfig.model_validate(cfg), LocalExecutor(1))  # a worker runs its jobs itself
+    _WORKER.clear()
+    _WORKER["backend"], _WORKER["env"] = backend, backend.make_env()
+
+
+def _close_worker() -> None:
+    """Close the env and verifier of a worker that ran in the driver's own process."""
+    success = _WORKER.pop("success", None)
+    if success is not None:
+        success.close()
+    env = _WORKER.pop("env", None)
+    if env is not None:
+        env.close()
+    backend = _WORKER.pop("backend", None)
+    if backend is not None:
+        backend.close()
+    _WORKER.clear()
+
+
+def _check_job(spec: Any) -> tuple[bool, str, Any]:
+    return _WORKER["backend"].check_in(_WORKER["env"], spec)
+
+
+def _episode_job(job: tuple["EpisodeJob", set[str]]) -> Any:
+    return run_episode_job(_WORKER["backend"], _WORKER["env"], job[0], job[1])
+
+
+def _verify_job(job: tuple[Any, int, Any, Any, list[Any]]) -> Any:
+    """One diagnosis' verdict in a worker: its verifier (per seed) and the policy (per checkpoint) are kept for
+    the worker's next diagnoses, as one process keeps them for all of a round's. The verifier seeds its
+    counterfactual edits per episode, so a verdict does not depend on which worker checks it."""
+    from coda.runtime.executor import local_file
+
+    shipped, seed, diagnosis, episode, base_scenes = job
+    backend, env = _WORKER["backend"], _WORKER["env"]
+    checkpoint = local_file(shipped)
+    if _WORKER.get("verifier_key") != (str(checkpoint), seed):
+        if _WORKER.get("success") is not None:
+            _WORKER["success"].close()
+        _WORKER["verifier_key"] = (str(checkpoint), seed)
+        _WORKER["verifier"] = backend.make_verifier(env, seed)
+        _WORKER["success"] = backend.policy_success(checkpoint, env)
+    return _WORKER["verifier"].check(diagnosis, episode, policy_success=_WORKER["success"], base_scenes=base_scenes)
 
 
 def round_env(sim: "SimConfig") -> Any:
@@ -364,9 +501,10 @@ def valid_scenes(backend: RoundBackend, stream: Iterator[Any], n: int, max_tries
     return out
 
 
-def backend_for(cfg: "CodaConfig") -> RoundBackend:
-    """The round backend of `cfg.sim.backend` (RegistryError naming the known ones otherwise)."""
-    return BACKENDS.get(cfg.sim.backend)(cfg)
+def backend_for(cfg: "CodaConfig", executor: Any = None) -> RoundBackend:
+    """The round backend of `cfg.sim.backend` (RegistryError naming the known ones otherwise), running its
+    parallel jobs on `executor` (default: one of `cfg.runtime`'s own)."""
+    return BACKENDS.get(cfg.sim.backend)(cfg, executor)
 
 
 __all__ = ["BACKENDS", "Drawn", "EpisodeJob", "PolicySuccess", "RoundBackend", "backend_for", "round_env",

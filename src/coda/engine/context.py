@@ -117,12 +117,13 @@ class RunContext:
         if self._backend is None:
             from coda.engine.backend import backend_for
 
-            self._backend = backend_for(self.cfg)
+            self._backend = backend_for(self.cfg, self.executor)  # its parallel jobs run where the rollouts do
         return self._backend
 
     @property
     def executor(self) -> Any:
-        """Where the phases' policy rollouts run (`coda.runtime.executor`, from `runtime`), made once."""
+        """Where the phases' parallel jobs run (`coda.runtime.executor`, from `runtime`), made once: policy
+        rollouts, and the backend's validity checks, demos and verification episodes."""
         if self._executor is None:
             from coda.runtime.executor import make_executor
 

@@ -138,59 +138,29 @@ def libero_stream(body: dict[str, Any]) -> Iterator[LiberoScenario]:
         yield spec
 
 
-def _demo_part(job: tuple[dict[str, Any], list[dict[str, Any]], str]) -> dict[str, Any]:
-    """One worker's share of `LiberoBackend.collect_demos`: its scenes' expert demos, with Φ, into `part_dir`."""
-    from coda.policy.data import collect_demos
+def _demo_part(job: tuple[dict[str, Any], list[dict[str, Any]]]) -> tuple[list[Any], list[str]]:
+    """One worker's share of `LiberoBackend.collect_demos`: its scenes' solved expert demos (with Φ) and the
+    ids of those the expert failed."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from coda.policy.data import DemoDataset, collect_demos
     from coda.sim.config import SimConfig
 
-    sim, scenes, part_dir = job
+    sim, scenes = job
     env = LiberoRoundEnv(SimConfig.model_validate(sim))
+    part = Path(tempfile.mkdtemp(prefix="coda-libero-demos-"))
     try:
         def phi(spec: Any, states: Sequence[Any]) -> np.ndarray:
             return np.asarray(libero_potential(states[0], spec).phis(states), np.float32)
 
         report = collect_demos(env, [LiberoScenario.from_dict(s) for s in scenes], lambda _s: RelabellingExpert(env),
-                               part_dir, progress=False, potential_fn=phi)
+                               part / "demos", progress=False, potential_fn=phi)
+        return list(DemoDataset(part / "demos").episodes()), list(report.failed_specs)
     finally:
         env.close()
-    return {"failed": list(report.failed_specs), "written": report.written}
-
-
-_WORKER: dict[str, Any] = {}  # a backend worker's backend and env
-
-
-def _init_worker(cfg: dict[str, Any]) -> None:
-    from coda.config import CodaConfig
-
-    backend = LiberoBackend(CodaConfig.model_validate(cfg))
-    _WORKER["backend"], _WORKER["env"] = backend, backend.make_env()
-
-
-def _check_scene(spec: dict[str, Any]) -> tuple[bool, str]:
-    from coda.sim.libero.validity import check_scenario
-
-    v = check_scenario(_WORKER["env"].env, LiberoScenario.from_dict(spec))
-    return v.valid, v.reason
-
-
-def _episode(job: tuple[Any, set[str]]) -> Any:
-    from coda.engine.backend import run_episode_job
-
-    return run_episode_job(_WORKER["backend"], _WORKER["env"], job[0], job[1])
-
-
-def _verify(job: tuple[str, int, Any, Any, list[Any]]) -> Any:
-    """One diagnosis' verdict in a worker: its verifier (per seed) and the policy (per checkpoint) are kept
-    for the worker's next diagnoses, as one process keeps them for all of a round's."""
-    from coda.engine.backend import PolicySuccess
-
-    checkpoint, seed, diagnosis, episode, base_scenes = job
-    backend, env = _WORKER["backend"], _WORKER["env"]
-    if _WORKER.get("verifier_key") != (checkpoint, seed):
-        _WORKER["verifier_key"] = (checkpoint, seed)
-        _WORKER["verifier"] = backend.make_verifier(env, seed)
-        _WORKER["success"] = PolicySuccess(checkpoint, env)
-    return _WORKER["verifier"].check(diagnosis, episode, policy_success=_WORKER["success"], base_scenes=base_scenes)
+        shutil.rmtree(part, ignore_errors=True)
 
 
 # ---- the backend ---------------------------------------------------------------------------------------
@@ -204,7 +174,7 @@ class LiberoBackend(RoundBackend):
     measure_keyframes = 0  # the privileged critic reads states; camera frames cost 60-90 ms each on llvmpipe
     verify_base_split = "train"  # counterfactual base scenes: training scenes, never evaluation ones
 
-    def __init__(self, cfg: "CodaConfig") -> None:
+    def __init__(self, cfg: "CodaConfig", executor: Any = None) -> None:
         from coda.sim.libero.errors import LiberoError
         from coda.sim.libero.scenario import BASE_SUITES
 
@@ -212,9 +182,8 @@ class LiberoBackend(RoundBackend):
         if bad:
             raise LiberoError(f"scene.families = {list(cfg.scene.families)}: {bad} are not LIBERO base suites; "
                               f"with sim.backend = 'libero' use some of {list(BASE_SUITES)}")
-        super().__init__(cfg)
+        super().__init__(cfg, executor)
         self._check_env: Any = None
-        self._pool: Any = None
 
     def scenario_from_dict(self, data: dict[str, Any]) -> LiberoScenario:
         return LiberoScenario.from_dict(data)
@@ -228,48 +197,26 @@ class LiberoBackend(RoundBackend):
         v = check_scenario(self._check_env, spec)
         return v.valid, v.reason
 
-    @property
-    def check_batch(self) -> int:  # type: ignore[override]
-        return max(1, int(self.cfg.runtime.workers))
+    def check_in(self, env: Any, spec: Any) -> tuple[bool, str, Any]:
+        """A scene's validity, checked in a worker's round env (it loads, settles, and the expert solves it)."""
+        from coda.sim.libero.validity import check_scenario
 
-    def _workers(self) -> Any:
-        """The backend's worker processes (`runtime.workers`, each with its own env), started once."""
-        if self._pool is None:
-            from coda.engine.libero_data import _pool
+        if env is None:
+            ok, reason = self.check(spec)
+            return ok, reason, None
+        v = check_scenario(env.env, spec)
+        return v.valid, v.reason, None
 
-            self._pool = _pool(self.check_batch, _init_worker, (self.cfg.model_dump(mode="json"),))
-        return self._pool
+    def policy_success(self, checkpoint: Any, env: Any) -> Any:
+        """The verifier's question, asked one rollout at a time: a LIBERO env holds a whole robosuite scene,
+        and a verifier's trial is a handful of scenes."""
+        from coda.engine.backend import PolicySuccess
 
-    def check_many(self, specs: Sequence[Any]) -> list[tuple[bool, str]]:
-        """`check` of each scene, in order, across `runtime.workers` processes: a check builds the scene and
-        runs the expert, seconds per scene."""
-        if self.check_batch <= 1 or len(specs) <= 1:
-            return [self.check(s) for s in specs]
-        return list(self._workers().map(_check_scene, [s.to_dict() for s in specs]))
-
-    def round_episodes(self, jobs: Sequence[Any], accepted: set[str] = frozenset()) -> list[Any]:
-        """The train phase's episodes, in order, across `runtime.workers` processes (each job builds its
-        scene: generated scenes differ in their BDDL)."""
-        if self.check_batch <= 1 or len(jobs) <= 1:
-            return super().round_episodes(jobs, accepted)
-        return list(self._workers().map(_episode, [(job, set(accepted)) for job in jobs]))
-
-    def verify_many(self, env: Any, checkpoint: Any, seed: int, jobs: Sequence[tuple[Any, Any]],
-                    base_scenes: Sequence[Any]) -> list[Any]:
-        """The verdicts of a round's diagnoses, in order, across `runtime.workers` processes: each one runs
-        counterfactual scenes with the policy and the expert, tens of seconds per diagnosis. The verifier's
-        placements are seeded per episode (`coda.critic.libero_verify`), so the verdicts do not depend on which
-        process checks which diagnosis."""
-        if self.check_batch <= 1 or len(jobs) <= 1:
-            return super().verify_many(env, checkpoint, seed, jobs, base_scenes)
-        base = list(base_scenes)
-        return list(self._workers().map(_verify, [(str(checkpoint), seed, d, ep, base) for d, ep in jobs]))
+        return PolicySuccess(checkpoint, env)
 
     def close(self) -> None:
         """Stop the worker processes and close the check env."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        super().close()
         if self._check_env is not None:
             self._check_env.close()
             self._check_env = None
@@ -314,31 +261,21 @@ class LiberoBackend(RoundBackend):
         return RelabellingExpert(env)
 
     def collect_demos(self, specs: Sequence[Any], out_dir: Any) -> Any:
-        """Expert demos with their Φ, by task across `runtime.workers` processes, written in `specs` order."""
-        import shutil
+        """Expert demos with their Φ, by task across the backend's workers (each its share of the tasks, in
+        one env), written in `specs` order."""
         from pathlib import Path
 
-        from coda.policy.data import CollectReport, DemoDataset, DemoWriter
+        from coda.policy.data import CollectReport, DemoWriter
 
-        workers = max(1, min(int(self.cfg.runtime.workers), len(specs)))
+        workers = max(1, min(self.workers, len(specs)))
         order = sorted(range(len(specs)), key=lambda i: (specs[i].suite, specs[i].task_id, i))
         parts = [[specs[i] for i in order[k::workers]] for k in range(workers)]  # tasks spread over workers
-        out = Path(out_dir)
-        dirs = [out.with_name(f"{out.name}.part{k}") for k in range(workers)]
-        for d in dirs:
-            shutil.rmtree(d, ignore_errors=True)
-        jobs = [(self.cfg.sim.model_dump(mode="json"), [s.to_dict() for s in part], str(d)) for part, d in zip(parts, dirs)]
-        if workers == 1:
-            reports = [_demo_part(jobs[0])]
-        else:
-            from coda.engine.libero_data import _pool
-
-            with _pool(workers) as pool:
-                reports = list(pool.map(_demo_part, jobs))
-        episodes = {ep.spec_id: ep for d in dirs for ep in DemoDataset(d).episodes()}
-        report = CollectReport(path=out, attempted=len(specs), succeeded=0, written=0, steps=0,
-                               failed_specs=[f for r in reports for f in r["failed"]])
-        with DemoWriter(out) as writer:
+        jobs = [(self.cfg.sim.model_dump(mode="json"), [s.to_dict() for s in part]) for part in parts]
+        results = list(self.executor.map(_demo_part, jobs)) if workers > 1 else [_demo_part(jobs[0])]
+        episodes = {ep.spec_id: ep for eps, _ in results for ep in eps}
+        report = CollectReport(path=Path(out_dir), attempted=len(specs), succeeded=0, written=0, steps=0,
+                               failed_specs=[f for _, failed in results for f in failed])
+        with DemoWriter(out_dir) as writer:
             for spec in specs:
                 ep = episodes.get(spec.spec_id)
                 if ep is not None:
@@ -346,8 +283,6 @@ class LiberoBackend(RoundBackend):
                     report.succeeded += 1
                     report.written += 1
                     report.steps += ep.length
-        for d in dirs:
-            shutil.rmtree(d, ignore_errors=True)
         return report
 
     def phis(self, env: Any, spec: Any, states: Sequence[Any], program: dict[str, Any] | None = None,

@@ -7,16 +7,15 @@
   LIBERO scenarios, one success per scenario.
 
 A unit is one task's scenarios (`TaskUnit`): a worker builds the task's scene once and resets it for each
-scenario, so work is split across processes by task, not by episode. Results come back in input order and
-do not depend on the number of workers.
+scenario, so work is split across workers by task, not by episode. Workers are those of an executor
+(`coda.runtime.executor`: local processes, or Ray actors; default `workers` local processes); a checkpoint
+travels to them by content and demos come back to this process, which alone writes them. Results come back
+in input order and do not depend on the number of workers.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,50 +43,55 @@ class UnitDemos:
     failed: list[str] = field(default_factory=list)  # spec ids of scenarios the expert did not solve
 
 
-def _pool(workers: int, initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> ProcessPoolExecutor:
-    ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
-    return ProcessPoolExecutor(workers, mp_context=ctx, initializer=initializer, initargs=initargs)
+def _executor(executor: Any, workers: int) -> Any:
+    from coda.runtime.executor import LocalExecutor
+
+    return executor if executor is not None else LocalExecutor(workers)
 
 
-def _demo_unit(args: tuple[TaskUnit, str]) -> UnitDemos:
-    from coda.policy.data import collect_demos
+def _demo_unit(unit: TaskUnit) -> tuple[list[Any], int, list[str]]:
+    """A unit's solved expert demos, the number attempted and the ids the expert failed."""
+    import shutil
+    import tempfile
+
+    from coda.policy.data import DemoDataset, collect_demos
     from coda.sim.libero.env import LiberoEnv
     from coda.sim.libero.targets import TargetActionEnv, TargetExpert
 
-    unit, out_dir = args
-    path = Path(out_dir) / unit.name
     env = LiberoEnv()
+    tmp = Path(tempfile.mkdtemp(prefix="coda-libero-unit-"))
     try:
         tenv = TargetActionEnv(env)
-        report = collect_demos(tenv, list(unit.scenarios), lambda _s: TargetExpert(tenv), path)
+        report = collect_demos(tenv, list(unit.scenarios), lambda _s: TargetExpert(tenv), tmp / "demos")
+        return list(DemoDataset(tmp / "demos").episodes()), report.attempted, list(report.failed_specs)
     finally:
         env.close()
-    return UnitDemos(unit.name, str(path), report.attempted, report.succeeded, report.steps, list(report.failed_specs))
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def collect_task_demos(units: Sequence[TaskUnit], out_dir: str | Path, *, workers: int = 1,
+def collect_task_demos(units: Sequence[TaskUnit], out_dir: str | Path, *, workers: int = 1, executor: Any = None,
                        on_done: Callable[[UnitDemos], None] | None = None) -> list[UnitDemos]:
-    """Expert demonstrations of every unit into `out_dir/<unit.name>/` (successful episodes only)."""
-    jobs = [(u, str(out_dir)) for u in units]
+    """Expert demonstrations of every unit into `out_dir/<unit.name>/` (successful episodes only), the units
+    run on `executor` (default: `workers` local processes)."""
+    from coda.policy.data import DemoWriter
+
     out: list[UnitDemos] = []
-    if workers <= 1:
-        for job in jobs:
-            out.append(_demo_unit(job))
-            if on_done:
-                on_done(out[-1])
-        return out
-    with _pool(workers) as pool:
-        for r in pool.map(_demo_unit, jobs, chunksize=1):
-            out.append(r)
-            if on_done:
-                on_done(r)
+    for unit, (episodes, attempted, failed) in zip(units, _executor(executor, workers).map(_demo_unit, list(units))):
+        path = Path(out_dir) / unit.name
+        with DemoWriter(path) as writer:
+            for ep in episodes:
+                writer.add(ep)
+        out.append(UnitDemos(unit.name, str(path), attempted, len(episodes), sum(ep.length for ep in episodes), failed))
+        if on_done:
+            on_done(out[-1])
     return out
 
 
 _WORKER: dict[str, Any] = {}
 
 
-def _init_eval(checkpoint: str | None) -> None:
+def _init_eval(checkpoint: Any) -> None:
+    from coda.runtime.executor import local_file
     from coda.sim.libero.env import LiberoEnv
 
     _WORKER["env"] = LiberoEnv()
@@ -102,7 +106,7 @@ def _init_eval(checkpoint: str | None) -> None:
     from coda.engine.libero_eval import TargetPolicyAdapter
     from coda.policy.checkpoint import load_policy
 
-    policy = load_policy(checkpoint)
+    policy = load_policy(local_file(checkpoint))
     policy.eval()
     _WORKER["policy"] = TargetPolicyAdapter(policy, env=_WORKER["env"])  # sampling seeded per scenario
 
@@ -117,28 +121,27 @@ def _eval_unit(job: tuple[TaskUnit, int | None]) -> list[tuple[bool, int]]:
         return [run_episode(_WORKER["env"], _WORKER["policy"], s, max_steps) for s in unit.scenarios]
 
 
-def evaluate_units(checkpoint: str | Path | None, units: Sequence[TaskUnit], *, workers: int = 1,
+def _close_eval() -> None:
+    env = _WORKER.pop("env", None)
+    if env is not None:
+        env.close()
+    _WORKER.clear()
+
+
+def evaluate_units(checkpoint: str | Path | None, units: Sequence[TaskUnit], *, workers: int = 1, executor: Any = None,
                    max_steps: int | None = None, on_done: Callable[[TaskUnit, list[tuple[bool, int]]], None] | None = None) -> list[list[tuple[bool, int]]]:
     """(success, control steps) of the checkpoint's policy (None: the scripted expert) on every scenario of
-    every unit, in order, each episode capped at `max_steps` (default: the suite's horizon). The policy's
-    sampling is seeded per scenario (`episode_seed`), so results do not depend on `workers`."""
+    every unit, in order, each episode capped at `max_steps` (default: the suite's horizon), the units run on
+    `executor` (default: `workers` local processes). The policy's sampling is seeded per scenario
+    (`episode_seed`), so results do not depend on the workers."""
+    ex = _executor(executor, workers)
+    shipped = None if checkpoint is None else ex.ship(checkpoint)
     out: list[list[tuple[bool, int]]] = []
-    if workers <= 1:
-        _init_eval(None if checkpoint is None else str(checkpoint))
-        try:
-            for u in units:
-                out.append(_eval_unit((u, max_steps)))
-                if on_done:
-                    on_done(u, out[-1])
-        finally:
-            _WORKER.pop("env").close()
-            _WORKER.clear()
-        return out
-    with _pool(workers, _init_eval, (None if checkpoint is None else str(checkpoint),)) as pool:
-        for u, r in zip(units, pool.map(_eval_unit, [(u, max_steps) for u in units], chunksize=1)):
-            out.append(r)
-            if on_done:
-                on_done(u, r)
+    jobs = [(u, max_steps) for u in units]
+    for u, r in zip(units, ex.map(_eval_unit, jobs, init=_init_eval, initargs=(shipped,), close=_close_eval)):
+        out.append(r)
+        if on_done:
+            on_done(u, r)
     return out
 
 

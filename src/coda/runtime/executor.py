@@ -5,6 +5,10 @@ initializer (load a policy, make envs) and keep that state for the whole map; re
 driver in the order of the jobs, so whatever the driver writes (the memory, files) is written by one
 process in one order, as with the local pool. Functions and jobs cross process boundaries by pickling.
 
+`executor.pool(init, initargs, close)` gives a `WorkerPool`: workers set up once and kept for every `map`
+until the pool is closed (a backend's envs, a loaded policy), so many small maps (a round's validity
+checks, demos, verification episodes) pay for the set-up once. `executor.map(...)` is a pool used once.
+
 `ray`: workers are actors, `runtime.workers` of them, each holding one CPU; `runtime.ray_address` names
 a running cluster (`auto`, `ray://host:port`), or none starts a local Ray on loopback without a dashboard.
 Files a worker needs (a policy checkpoint) are shipped by content through the object store
@@ -71,28 +75,70 @@ class LocalExecutor:
     def ship(self, path: str | Path) -> str | Path:
         return path  # the workers share this machine's filesystem
 
+    def pool(self, init: Callable[..., None] | None = None, initargs: tuple = (),
+             close: Callable[[], None] | None = None) -> "LocalPool":
+        """Workers set up by `init(*initargs)` on first use and kept until `close()` (see `WorkerPool`)."""
+        return LocalPool(self.workers, init, initargs, close)
+
     def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], *, init: Callable[..., None] | None = None,
             initargs: tuple = (), close: Callable[[], None] | None = None) -> Iterator[Any]:
         """`fn(job)` for each job, in order, in workers set up by `init(*initargs)`; with one worker (or one
         job) in this process, `close()` called at the end."""
         if not jobs:
             return
-        if self.workers <= 1 or len(jobs) <= 1:
-            if init is not None:
-                init(*initargs)
-            try:
-                for job in jobs:
-                    yield fn(job)
-            finally:
-                if close is not None:
-                    close()
-            return
-        ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
-        with ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=init, initargs=initargs) as pool:
-            yield from pool.map(fn, jobs, chunksize=1)
+        pool = LocalPool(1 if len(jobs) <= 1 else self.workers, init, initargs, close)
+        try:
+            yield from pool.map(fn, jobs)
+        finally:
+            pool.close()
 
     def close(self) -> None:
         """Nothing held between maps."""
+
+
+class LocalPool:
+    """`workers` forkserver processes set up once by `init(*initargs)`, or (one worker) this process itself,
+    set up on the first map and `close()`d with the pool."""
+
+    def __init__(self, workers: int, init: Callable[..., None] | None, initargs: tuple,
+                 close: Callable[[], None] | None) -> None:
+        self.workers = max(1, int(workers))
+        self._init, self._initargs, self._close = init, initargs, close
+        self._pool: ProcessPoolExecutor | None = None
+        self._ready = False  # in-process: set up
+
+    def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any]) -> Iterator[Any]:
+        """`fn(job)` for each job, results in job order."""
+        if not jobs:
+            return
+        if self.workers <= 1:
+            if not self._ready:
+                self._ready = True
+                if self._init is not None:
+                    self._init(*self._initargs)
+            for job in jobs:
+                yield fn(job)
+            return
+        if self._pool is None:
+            ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=self._init,
+                                             initargs=self._initargs)
+        yield from self._pool.map(fn, jobs, chunksize=1)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        if self._ready:
+            self._ready = False
+            if self._close is not None:
+                self._close()
+
+    def __enter__(self) -> "LocalPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class RayExecutor:
@@ -126,6 +172,13 @@ class RayExecutor:
         data = p.read_bytes()
         return Shipped(p.name, ray.put(data), hashlib.sha256(data).hexdigest())
 
+    def pool(self, init: Callable[..., None] | None = None, initargs: tuple = (),
+             close: Callable[[], None] | None = None) -> "RayPool":
+        """Actors set up by `init(*initargs)` on first use and kept until `close()`. They reserve no CPU
+        and are spread over the nodes: a kept pool idles while the run's other maps (rollouts) use the
+        CPUs, and reserving one per actor for its whole life would leave those maps none to start on."""
+        return RayPool(self.workers, init, initargs, num_cpus=0, spread=True)
+
     def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], *, init: Callable[..., None] | None = None,
             initargs: tuple = (), close: Callable[[], None] | None = None) -> Iterator[Any]:
         """`fn(job)` for each job, in order, on actors set up by `init(*initargs)` (`close` is not needed:
@@ -133,41 +186,75 @@ class RayExecutor:
         retried once (the jobs are pure functions of their inputs), then the map fails."""
         if not jobs:
             return
-        import ray
-        from ray.exceptions import RayActorError
-
-        worker_cls = ray.remote(num_cpus=1, max_restarts=1, max_task_retries=1)(_RayWorker)
-        actors = [worker_cls.remote(init, initargs) for _ in range(min(self.workers, len(jobs)))]
+        pool = RayPool(min(self.workers, len(jobs)), init, initargs)
         try:
-            pending: dict[Any, tuple[int, Any]] = {}  # object ref -> (job index, actor)
-            results: dict[int, Any] = {}
-            free = list(actors)
-            nxt = done = 0
-            while done < len(jobs):
-                while free and nxt < len(jobs):
-                    actor = free.pop()
-                    pending[actor.run.remote(fn, jobs[nxt])] = (nxt, actor)
-                    nxt += 1
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                i, actor = pending.pop(ready[0])
-                try:
-                    results[i] = ray.get(ready[0])
-                except RayActorError as e:
-                    raise ExecutorError(f"a Ray worker died running job {i} of {len(jobs)}: "
-                                        f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
-                free.append(actor)
-                while done in results:
-                    yield results.pop(done)
-                    done += 1
+            yield from pool.map(fn, jobs)
         finally:
-            for a in actors:
-                ray.kill(a)
+            pool.close()
 
     def close(self) -> None:
         import ray
 
         if self._started and ray.is_initialized():
             ray.shutdown()
+
+
+class RayPool:
+    """`workers` Ray actors (`num_cpus` each) set up once by `init(*initargs)`, killed by `close()`. An actor
+    that dies is restarted (set up again) and its job retried once, then the map fails."""
+
+    def __init__(self, workers: int, init: Callable[..., None] | None, initargs: tuple, *, num_cpus: float = 1,
+                 spread: bool = False) -> None:
+        self.workers = max(1, int(workers))
+        self._init, self._initargs = init, initargs
+        self._options: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": 1, "max_task_retries": 1}
+        if spread:
+            self._options["scheduling_strategy"] = "SPREAD"
+        self._actors: list[Any] = []
+
+    def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any]) -> Iterator[Any]:
+        """`fn(job)` for each job, results in job order, as the actors finish them."""
+        if not jobs:
+            return
+        import ray
+        from ray.exceptions import RayActorError
+
+        if not self._actors:
+            worker_cls = ray.remote(**self._options)(_RayWorker)
+            self._actors = [worker_cls.remote(self._init, self._initargs) for _ in range(self.workers)]
+        pending: dict[Any, tuple[int, Any]] = {}  # object ref -> (job index, actor)
+        results: dict[int, Any] = {}
+        free = list(self._actors)
+        nxt = done = 0
+        while done < len(jobs):
+            while free and nxt < len(jobs):
+                actor = free.pop()
+                pending[actor.run.remote(fn, jobs[nxt])] = (nxt, actor)
+                nxt += 1
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            i, actor = pending.pop(ready[0])
+            try:
+                results[i] = ray.get(ready[0])
+            except RayActorError as e:
+                raise ExecutorError(f"a Ray worker died running job {i} of {len(jobs)}: "
+                                    f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+            free.append(actor)
+            while done in results:
+                yield results.pop(done)
+                done += 1
+
+    def close(self) -> None:
+        import ray
+
+        for a in self._actors:
+            ray.kill(a)
+        self._actors = []
+
+    def __enter__(self) -> "RayPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _RayWorker:
@@ -188,4 +275,4 @@ def make_executor(runtime: Any) -> LocalExecutor | RayExecutor:
     return LocalExecutor(runtime.workers)
 
 
-__all__ = ["ExecutorError", "LocalExecutor", "RayExecutor", "Shipped", "local_file", "make_executor"]
+__all__ = ["ExecutorError", "LocalExecutor", "LocalPool", "RayExecutor", "RayPool", "Shipped", "local_file", "make_executor"]

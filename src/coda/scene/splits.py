@@ -266,6 +266,7 @@ def build_split(
     check: Check,
     max_candidates: int | None = None,
     workers: int = 1,
+    check_many: Callable[[list[ScenarioSpec]], Sequence[tuple[bool, str, Any]]] | None = None,
 ) -> SplitResult:
     """The first `n` scenes of a split's candidate stream that pass `check` (the simulator's, for real splits).
 
@@ -277,6 +278,8 @@ def build_split(
         check: spec -> (valid, reason, details), e.g. `coda.sim.tabletop.validity.sim_check` (physics + expert).
         max_candidates: stop after this many candidates (default 3 n + 20).
         workers: processes that run the check (the check must be picklable when workers > 1).
+        check_many: checks a batch of scenes, results in order, in place of `check` and the processes made
+            here (a round backend's workers, which may run anywhere); `workers` still sizes the batches.
 
     Returns:
         SplitResult(valid, rejected); len(valid) < n if the candidate budget ran out.
@@ -288,13 +291,16 @@ def build_split(
     valid: list[ScenarioSpec] = []
     rejected: list[Rejected] = []
     seen = 0
-    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    pool = ProcessPoolExecutor(workers) if workers > 1 and check_many is None else None
     try:
         while len(valid) < n and seen < budget:
             want = min(budget - seen, max(workers, int((n - len(valid)) * 1.2) + 1))
             batch = [next(stream) for _ in range(want)]
             seen += len(batch)
-            results = list(pool.map(check, batch)) if pool else [check(s) for s in batch]
+            if check_many is not None:
+                results = list(check_many(batch))
+            else:
+                results = list(pool.map(check, batch)) if pool else [check(s) for s in batch]
             for spec, (ok, reason, details) in zip(batch, results):
                 if len(valid) >= n:
                     break
