@@ -110,7 +110,8 @@ def evaluate(ckpt: Path, eval_scenes: dict[str, list[Any]], cfg: Any, workers: i
         if all("outcomes" in cached[s] for s in SPLITS):
             return cached
     flat = [(split, s) for split in SPLITS for s in eval_scenes[split]]
-    rollouts = evaluate_checkpoint(ckpt, [s for _, s in flat], cfg.sim, workers=workers, record_states=False)
+    rollouts = evaluate_checkpoint(ckpt, [s for _, s in flat], cfg.sim, workers=workers, record_states=False,
+                                   overrides={k: getattr(cfg.policy, k) for k in INFERENCE_FIELDS})
     out = {}
     for split in SPLITS:
         wins = [bool(r.success) for (sp, _), r in zip(flat, rollouts) if sp == split]
@@ -181,10 +182,24 @@ def corrective_demos(sft: Path, matched: list[Any], cfg: Any, out: Path) -> list
     return [out]
 
 
+# Policy fields that change only how a trained policy acts, never its training: left out of the checkpoint
+# directories' digests (changing one re-evaluates, it does not retrain) and named in the evaluation caches.
+INFERENCE_FIELDS = ("ground_once",)
+
+
+def _inference_tag(cfg: Any) -> str:
+    import hashlib
+
+    data = {k: getattr(cfg.policy, k) for k in INFERENCE_FIELDS}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
+
+
 def _digest(cfg: Any, sections: tuple[str, ...] | None = None) -> str:
     import hashlib
 
     data = cfg.model_dump(mode="json")
+    for k in INFERENCE_FIELDS:
+        data["policy"].pop(k, None)
     if sections is not None:
         data = {k: data[k] for k in sections}
         data.get("policy", {}).pop("finetune_steps", None)  # used by the round's step only
@@ -234,7 +249,7 @@ def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, consol
     for name in policies:
         t0 = time.perf_counter()
         where = sft_root if name == "sft" else root
-        out[name] = evaluate(where / f"{name}.pt", evals, cfg, workers, where / f"{name}.eval.json")
+        out[name] = evaluate(where / f"{name}.pt", evals, cfg, workers, where / f"{name}.eval-{_inference_tag(cfg)}.json")
         times[f"{name}_eval_s"] = time.perf_counter() - t0
         row = "  ".join(f"{s} {out[name][s]['success']:.2f}" for s in SPLITS)
         console.print(f"[{tag}, training seed {cfg.policy.seed}] {family}/{name}: {row}")

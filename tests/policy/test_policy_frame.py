@@ -203,3 +203,26 @@ def test_task_frame_statistics_need_goal_rows(hashing) -> None:
     eps = expert_episodes(make_specs(3, 4))  # no goal rows recorded
     with pytest.raises(Exception, match="policy.frame = 'task' needs episodes whose goal names"):
         ChunkDataset(eps, hashing, chunk_len=4).stats("task")
+
+
+def test_an_episode_acts_on_the_entities_its_first_chunk_picked(hashing) -> None:
+    """With `ground_once` an episode's role pointers are read at its first chunk and kept: later chunks act in
+    the task frame of those entities, whatever the pointers would pick from the later layout."""
+    eps = _goal_episodes(6, 3)
+    data = ChunkDataset(eps, hashing, chunk_len=4)
+    policy = ChunkPolicy(tiny_cfg(frame="task"), data.dims, data.stats("task"), hashing)
+    first, later = dict(eps[0].observations[0]), dict(eps[0].observations[6])
+    ep = policy.episode_actions(3)
+    policy.chunks_for([first], [ep])
+    assert ep.rows is not None and torch.equal(ep.rows, policy.ground([first])[0])  # fixed at the first chunk
+    n = int(obs_to_batch([later], hashing).object_mask.sum())
+    own = policy.ground([later])[0]
+    ep.rows = torch.tensor([int(own[0]), (int(own[1]) + 1) % n])  # a destination the later pointers do not pick
+    kept = policy.chunks_for([later], [ep])
+    np.testing.assert_array_equal(kept, policy.predict_chunks([later], rows=ep.rows[None]))
+    assert not np.allclose(kept, policy.predict_chunks([later]))  # its own picks would act elsewhere
+    policy.cfg = policy.cfg.model_copy(update={"ground_once": False})
+    fresh = policy.episode_actions(3)
+    policy.chunks_for([first], [fresh])
+    assert fresh.rows is None  # off: every chunk reads the pointers again
+    np.testing.assert_array_equal(policy.chunks_for([later], [fresh]), policy.predict_chunks([later]))

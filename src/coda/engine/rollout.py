@@ -127,8 +127,8 @@ def rollout_policy(
 
 
 def batches_rollouts(policy: Any) -> bool:
-    """Whether `policy` can run several episodes at once (`predict_chunks` and `episode_actions`)."""
-    return hasattr(policy, "predict_chunks") and hasattr(policy, "episode_actions")
+    """Whether `policy` can run several episodes at once (`chunks_for` and `episode_actions`)."""
+    return hasattr(policy, "chunks_for") and hasattr(policy, "episode_actions")
 
 
 def rollout_batch(
@@ -145,7 +145,7 @@ def rollout_batch(
     """Roll `policy` out once in each scene, `len(envs)` episodes in lockstep; results in the order of `specs`.
 
     Each env runs one episode at a time; at every step the episodes whose action schedule needs a chunk are
-    predicted together (`policy.predict_chunks`, one forward pass per chunk boundary), each with its own
+    predicted together (`policy.chunks_for`, one forward pass per chunk boundary), each with its own
     sampling stream seeded by `episode_seed(spec)`. An episode that ends hands its env to the next scene.
     A policy's rows do not depend on the batch they are computed in, so every episode is the one
     `rollout_policy` gives in the same scene. A policy that cannot batch (`batches_rollouts`) runs its
@@ -187,7 +187,7 @@ def rollout_batch(
         live = [s for s in slots if s is not None]
         need = [s for s in live if s[2].needs_chunk()]
         if need:
-            chunks = policy.predict_chunks([s[1].obs for s in need], [s[2].rng for s in need])
+            chunks = policy.chunks_for([s[1].obs for s in need], [s[2] for s in need])
             for s, chunk in zip(need, chunks):
                 s[2].push(chunk)
         for k, s in enumerate(slots):

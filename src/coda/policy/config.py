@@ -58,6 +58,7 @@ class PolicyConfig(Section):
     value_guided_samples: int = Field(0, ge=0)  # candidates sampled for value-guided selection (0 = off)
     sample_temperature: float = Field(1.0, gt=0)  # std scale when sampling candidate chunks
     n_action_steps: int = Field(4, ge=1)  # actions executed from each chunk before re-planning
+    ground_once: bool = True  # frame "task": an episode acts on the entities its instruction named at its first chunk (off: pointers re-read every chunk, and one unsure of an unfamiliar word flips as the gripper moves)
     temporal_ensemble: float | None = Field(None, ge=0)  # ACT weight exp(-k*age); None = queue of chunks
     seed: int = 0  # seed for batch sampling, initialisation and candidate sampling
     log_every: int = Field(50, ge=1)  # steps between JSONL metric lines

@@ -310,10 +310,10 @@ class ChunkPolicy(nn.Module):
             raise PolicyUsageError(f"generators holds {len(generators)} streams for {b} observations")
         return torch.stack([torch.randn(shape, generator=g) for g in generators])
 
-    def _candidates(self, ob: ObsBatch, eps: Tensor) -> tuple[Tensor, Any]:
-        """Normalised candidates (B, n, H, A), the mean first, in the axes the actor predicts in; and the
-        actor's encoding (its frame and rows)."""
-        enc = self.encoder.encode(ob, self.stats)
+    def _candidates(self, ob: ObsBatch, eps: Tensor, rows: Tensor | None = None) -> tuple[Tensor, Any]:
+        """Normalised candidates (B, n, H, A), the mean first, in the axes the actor predicts in (the task
+        frame of `rows` where given); and the actor's encoding (its frame and rows)."""
+        enc = self.encoder.encode(ob, self.stats, rows)
         mean, log_std = self.actor(enc.z)
         samples = mean.unsqueeze(1) + self.cfg.sample_temperature * torch.exp(log_std).unsqueeze(1) * eps
         return torch.cat([mean.unsqueeze(1), samples], dim=1), enc
@@ -344,28 +344,56 @@ class ChunkPolicy(nn.Module):
         ob = self._batch(obs)
         return self._blocks(self._sample_block, ob, self._noise(ob.proprio.shape[0], n, None))[0].numpy()
 
-    def _chunk_block(self, ob: ObsBatch, eps: Tensor | None) -> Tensor:
-        """The executed chunk (B, H, A) in env targets: the mean, or the best of the candidates by Q."""
+    def _chunk_block(self, ob: ObsBatch, eps: Tensor | None, rows: Tensor | None = None) -> Tensor:
+        """The executed chunk (B, H, A) in env targets: the mean, or the best of the candidates by Q; in the
+        task frame of `rows` (B, R) where given."""
         if eps is None:
-            enc = self.encoder.encode(ob, self.stats)
+            enc = self.encoder.encode(ob, self.stats, rows)
             best, _ = self.actor(enc.z)
         else:
-            cands, enc = self._candidates(ob, eps)
+            cands, enc = self._candidates(ob, eps, rows)
             best = cands[torch.arange(cands.shape[0]), self._q_normalised(ob, cands, enc.rows).argmax(dim=1)]
         return self._to_env(best, ob, enc.frame)
 
     @torch.no_grad()
     def predict_chunks(self, observations: Sequence[Mapping[str, Any]],
-                       generators: Sequence[torch.Generator] | None = None) -> np.ndarray:
+                       generators: Sequence[torch.Generator] | None = None, rows: Tensor | None = None) -> np.ndarray:
         """The next H absolute actions (B, H, A) for each observation (value-guided if configured), with
-        observation i's candidates drawn from `generators[i]` (default: the policy's own stream). A row
-        does not depend on which other observations share the batch."""
+        observation i's candidates drawn from `generators[i]` (default: the policy's own stream) and, with
+        frame "task", acting on the entity rows `rows[i]` (R,) where given (default: its own pointers' picks).
+        A row does not depend on which other observations share the batch."""
         ob = self._batch(observations)
         n = self.cfg.value_guided_samples
         if n > 0:
             self._require_critic("value-guided selection")
-            return self._blocks(self._chunk_block, ob, self._noise(ob.proprio.shape[0], n, generators)).numpy()
-        return self._blocks(self._chunk_block, ob, None).numpy()
+            eps = self._noise(ob.proprio.shape[0], n, generators)
+            return self._blocks(self._chunk_block, ob, eps, rows).numpy()
+        return self._blocks(lambda o, r: self._chunk_block(o, None, r), ob, rows).numpy()
+
+    @torch.no_grad()
+    def ground(self, observations: Sequence[Mapping[str, Any]]) -> Tensor | None:
+        """The entity rows (B, R) the role pointers pick at each observation (what is moved, where to); None
+        for a policy without role pointers."""
+        if self.encoder.grounding is None:
+            return None
+        return self._blocks(lambda o: self.encoder.encode(o, self.stats).rows, self._batch(observations))
+
+    @torch.no_grad()
+    def chunks_for(self, observations: Sequence[Mapping[str, Any]], episodes: Sequence["EpisodeActions"]) -> np.ndarray:
+        """The next chunk (B, H, A) of each running episode at its observation: candidates drawn from the
+        episode's own stream, and with `ground_once` (frame "task") the entities its instruction named at
+        its first chunk kept for the whole episode. The words do not change within an episode, but the
+        layout evidence the pointers add does as the gripper moves, and a pointer unsure of an unfamiliar
+        word would otherwise switch its destination back and forth."""
+        rows = None
+        if self.cfg.ground_once and self.cfg.frame == "task" and self.encoder.grounding is not None:
+            fresh = [i for i, e in enumerate(episodes) if e.rows is None]
+            if fresh:
+                picked = self.ground([observations[i] for i in fresh])
+                for i, r in zip(fresh, picked):
+                    episodes[i].rows = r
+            rows = torch.stack([e.rows for e in episodes])
+        return self.predict_chunks(observations, [e.rng for e in episodes], rows=rows)
 
     @torch.no_grad()
     def predict_chunk(self, obs: Mapping[str, Any]) -> np.ndarray:
@@ -428,7 +456,7 @@ class ChunkPolicy(nn.Module):
         schedule needs one."""
         ep = self._episode
         if ep.needs_chunk():
-            ep.push(self.predict_chunks([obs], [ep.rng])[0])
+            ep.push(self.chunks_for([obs], [ep])[0])
         return ep.pop()
 
 
@@ -440,6 +468,7 @@ class EpisodeActions:
 
     def __init__(self, cfg: PolicyConfig, rng: torch.Generator) -> None:
         self.cfg, self.rng = cfg, rng
+        self.rows: Tensor | None = None  # (R,) the entities the episode acts on, fixed at its first chunk (`ground_once`)
         self.queue: list[np.ndarray] = []
         self.ensemble: list[tuple[int, np.ndarray]] = []  # (start step, chunk (H, A))
         self.t = 0
