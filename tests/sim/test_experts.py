@@ -146,4 +146,4 @@ def test_push_expert_leaves_the_object_well_inside_the_region(env):
         obj, region = spec.goal[0].args
         i, j = s.row(obj, "object"), s.row(region, "region")
         depth = np.abs(s.pos[i, :2] - s.pos[j, :2]) / s.size[j, :2]
-        assert depth.max() <= PUSH_DEPTH + 0.05, (spec.spec_id, depth)  # the edge is 1.0
+        assert depth.max() <= PUSH_DEPTH + 0.2, (spec.spec_id, depth)  # the edge is 1.0

@@ -40,8 +40,9 @@ PUSH_Z = 0.015  # TCP height while pushing, m
 DRAWER_GRIP = 0.6  # grip command that opens the jaws just enough to straddle a handle bar
 XY_TOL, Z_TOL, YAW_TOL = 0.01, 0.012, 0.15  # "at the pose" tolerances
 # The push expert stops once the object's centre is in this share of the region's half extents (the inner
-# half, each axis), not as soon as it crosses the edge: a demo that ends at the edge teaches a policy to stop
-# there, and a few millimetres short is then a failure.
+# half, each axis), or once its push towards the centre has run its course with the object in the region
+# (demos end at 0.45-0.65 of the half extent), not as soon as it crosses the edge: a demo that ends at the
+# edge teaches a policy to stop there, and a few millimetres short is then a failure.
 PUSH_DEPTH = 0.5
 
 
@@ -304,6 +305,8 @@ class PushExpert(Expert):
         pyaw = wrap_half(math.atan2(d[1], d[0]))
         pre = op - d * (ext + 0.03)
         final = tp - d * (ext - 0.005)  # a little past contact: the fingers give way slightly
+        if P.at_region(s, o, r) and float(np.linalg.norm(g[:2] - final)) < XY_TOL:
+            return [_retreat(s, safe_z)]  # the push is done and the object is in, if short of the inner half
         at_pre_high = Waypoint(_pose(pre[0], pre[1], safe_z, pyaw), 1.0, FAST, 0, "approach")
         down = Waypoint(_pose(pre[0], pre[1], PUSH_Z, pyaw), 1.0, SLOW, 0, "descend")
         push = Waypoint(_pose(final[0], final[1], PUSH_Z, pyaw), 1.0, PUSH_SPEED, 0, "push")
