@@ -5,7 +5,7 @@ initializer (load a policy, make envs) and keep that state for the whole map; re
 driver in the order of the jobs, so whatever the driver writes (the memory, files) is written by one
 process in one order, as with the local pool. Functions and jobs cross process boundaries by pickling.
 
-`executor.pool(init, initargs, close)` gives a `WorkerPool`: workers set up once and kept for every `map`
+`executor.pool(init, initargs, close)` gives a pool (`LocalPool`, `RayPool`): workers set up once and kept for every `map`
 until the pool is closed (a backend's envs, a loaded policy), so many small maps (a round's validity
 checks, demos, verification episodes) pay for the set-up once. `executor.map(...)` is a pool used once.
 
@@ -77,7 +77,7 @@ class LocalExecutor:
 
     def pool(self, init: Callable[..., None] | None = None, initargs: tuple = (),
              close: Callable[[], None] | None = None) -> "LocalPool":
-        """Workers set up by `init(*initargs)` on first use and kept until `close()` (see `WorkerPool`)."""
+        """Workers set up by `init(*initargs)` on first use and kept until `close()` (a `LocalPool`)."""
         return LocalPool(self.workers, init, initargs, close)
 
     def map(self, fn: Callable[[Any], Any], jobs: Sequence[Any], *, init: Callable[..., None] | None = None,

@@ -285,9 +285,7 @@ class PushExpert(Expert):
 
     def done(self, s: TabletopState) -> bool:
         """The object's centre is well inside the region (`PUSH_DEPTH`), which implies the goal `at_region`."""
-        i, j = s.row(self.obj, "object"), s.row(self.region, "region")
-        d = np.abs(s.pos[i, :2] - s.pos[j, :2])
-        return bool(d[0] <= PUSH_DEPTH * s.size[j, 0] and d[1] <= PUSH_DEPTH * s.size[j, 1])
+        return P.at_region(s, self.obj, self.region, share=PUSH_DEPTH)
 
     def plan(self, s: TabletopState) -> list[Waypoint]:
         o, r = self.obj, self.region

@@ -191,11 +191,12 @@ def inside(s: TabletopState, obj: str, container: str) -> bool:
     return bool(float(s.pos[i, 2]) >= floor and bottom(s, obj) <= floor + 2 * hz + RIM_SLACK)
 
 
-def at_region(s: TabletopState, obj: str, region: str) -> bool:
-    """Object centre lies within the region's rectangle (seen from above)."""
+def at_region(s: TabletopState, obj: str, region: str, share: float = 1.0) -> bool:
+    """Object centre lies within the region's rectangle (seen from above), or within its central `share` of
+    the half extents on each axis."""
     i, j = s.row(obj, "object"), s.row(region, "region")
     d = np.abs(s.pos[i, :2] - s.pos[j, :2])
-    return bool(d[0] <= s.size[j, 0] and d[1] <= s.size[j, 1])
+    return bool(d[0] <= share * s.size[j, 0] and d[1] <= share * s.size[j, 1])
 
 
 def drawer_fraction(s: TabletopState, drawer: str) -> float:
