@@ -56,6 +56,29 @@ def test_minilm_embeddings_do_not_depend_on_the_batch() -> None:
     np.testing.assert_array_equal(ta, tb)
 
 
+def test_one_model_pass_gives_both_embeddings_bit_for_bit() -> None:
+    """A text new to both caches is embedded once for its sentence and token rows; they are the bits the
+    two separate passes give (the sentence normalised as `normalize_embeddings` does, [CLS]/[SEP] dropped)."""
+    import torch
+
+    from coda.policy.text import TextEncoder
+
+    enc = TextEncoder()
+    texts = ["push the jade block to the navy zone", "a", "tray"]
+    calls = []
+    run = enc._run
+    enc._run = lambda text, **kw: calls.append(kw.get("output_value", "sentence_embedding")) or run(text, **kw)
+    sentences, tokens = enc.encode(texts), enc.encode_tokens(texts)
+    assert calls == [None, None, None]  # one pass per text, nothing for the second cache
+    for t, s, tok in zip(texts, sentences, tokens, strict=True):
+        alone = run(t, normalize_embeddings=True, convert_to_numpy=True)
+        np.testing.assert_array_equal(s, alone)
+        rows = run(t, output_value="token_embeddings")
+        rows = np.asarray(rows.detach().numpy() if isinstance(rows, torch.Tensor) else rows, np.float32)[1:-1]
+        rows = rows if len(rows) else alone.reshape(1, -1)
+        np.testing.assert_array_equal(tok, rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12))
+
+
 def test_minilm_embeddings_do_not_depend_on_threads_and_loading_leaves_the_rng_alone() -> None:
     import torch
 

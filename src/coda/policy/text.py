@@ -96,6 +96,30 @@ class _CachedEncoder:
     def _embed_tokens(self, text: str) -> np.ndarray:  # (L, dim) float32, rows normalised, 1 <= L <= MAX_TOKENS
         raise NotImplementedError
 
+    def _embed_both(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """`_embed` and `_embed_tokens` of one text; an encoder whose model gives both in one pass overrides it."""
+        return self._embed(text), self._embed_tokens(text)
+
+    def _fill(self, texts: Sequence[str], tokens: bool) -> None:
+        """Embed the texts missing from the sentence cache (or, with `tokens`, the token cache); a text new to
+        both caches fills both from one `_embed_both`. Call with the lock held."""
+        have, other = (self._tokens, self._cache) if tokens else (self._cache, self._tokens)
+        for t in sorted({t for t in texts if t and t not in have}):  # one at a time: the result must not depend on the batch
+            if t in other:
+                if tokens:
+                    self._tokens[t] = self._token_rows(self._embed_tokens(t))
+                else:
+                    self._cache[t] = np.asarray(self._embed(t), dtype=np.float32).reshape(self.dim)
+                    self._dirty = True
+                continue
+            sentence, tok = self._embed_both(t)
+            self._cache[t] = np.asarray(sentence, dtype=np.float32).reshape(self.dim)
+            self._tokens[t] = self._token_rows(tok)
+            self._dirty = True
+
+    def _token_rows(self, tok: np.ndarray) -> np.ndarray:
+        return np.asarray(tok, dtype=np.float32).reshape(-1, self.dim)[:MAX_TOKENS]
+
     @staticmethod
     def _check(texts: Sequence[str]) -> list[str]:
         texts = list(texts)
@@ -112,11 +136,7 @@ class _CachedEncoder:
         """
         texts = self._check(texts)
         with self._lock:
-            missing = sorted({t for t in texts if t and t not in self._cache})
-            for t in missing:  # one at a time: the result must not depend on the batch
-                self._cache[t] = np.asarray(self._embed(t), dtype=np.float32).reshape(self.dim)
-            if missing:
-                self._dirty = True
+            self._fill(texts, tokens=False)
             out = np.zeros((len(texts), self.dim), dtype=np.float32)
             for i, t in enumerate(texts):
                 if t:
@@ -132,9 +152,7 @@ class _CachedEncoder:
         """
         texts = self._check(texts)
         with self._lock:
-            for t in sorted({t for t in texts if t and t not in self._tokens}):
-                tok = np.asarray(self._embed_tokens(t), dtype=np.float32).reshape(-1, self.dim)[:MAX_TOKENS]
-                self._tokens[t] = tok
+            self._fill(texts, tokens=True)
             empty = np.zeros((0, self.dim), np.float32)
             return [self._tokens[t] if t else empty for t in texts]
 
@@ -219,11 +237,22 @@ class TextEncoder(_CachedEncoder):
         return self._run(text, normalize_embeddings=True, convert_to_numpy=True)
 
     def _embed_tokens(self, text: str) -> np.ndarray:
-        out = self._run(text, output_value="token_embeddings")
-        tok = np.asarray(out.detach().cpu().numpy() if hasattr(out, "detach") else out, np.float32)[1:-1]  # no [CLS], [SEP]
+        return self._embed_both(text)[1]
+
+    def _embed_both(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """One pass of the model: the sentence embedding, normalised as `_embed` normalises it, and the token
+        embeddings without [CLS] and [SEP], rows normalised (the sentence's when it has no other token).
+        Both are bit for bit what separate passes give (one text, no padding)."""
+        import torch
+
+        out = self._run(text, output_value=None)
+        sentence = torch.nn.functional.normalize(out["sentence_embedding"][None], p=2, dim=1)[0]
+        sentence = sentence.detach().cpu().float().numpy()
+        tok = out["token_embeddings"][out["attention_mask"].bool()]
+        tok = np.asarray(tok.detach().cpu().numpy(), np.float32)[1:-1]  # no [CLS], [SEP]
         if len(tok) == 0:
-            tok = np.asarray(self._embed(text), np.float32).reshape(1, -1)
-        return tok / np.maximum(np.linalg.norm(tok, axis=1, keepdims=True), 1e-12)
+            tok = sentence.reshape(1, -1)
+        return sentence, tok / np.maximum(np.linalg.norm(tok, axis=1, keepdims=True), 1e-12)
 
 
 class HashingTextEncoder(_CachedEncoder):
