@@ -39,6 +39,7 @@ Usage:
                                               # a closed-loop coda run 6.6 min alone on push, a round-0 run 3.7)
     python bench/headline.py --fast           # 1 seed, the same sizes (about 1.9 hours)
     python bench/headline.py --strategies coda dr --families pick_place --seeds 1
+    python bench/headline.py --fast --report  # rewrite the results from finished runs, running nothing
 """
 
 from __future__ import annotations
@@ -310,7 +311,17 @@ def markdown(result: dict[str, Any], cmd: str) -> str:
             share = sum(x["mode_budget_share"] for x in rounds) / len(rounds)
             lines.append(f"- {name}: {ver} of {diag} diagnoses verified over {len(rounds)} rounds; "
                          f"{100 * share:.0f}% of the generation budget went to failure-mode programs")
-    return "\n".join(lines) + "\n"
+    lines += ["", "Per family (success per split; in distribution first):", ""]
+    fams = sorted({f for r in st.values() for f in r["per_family"]})
+    for fam in fams:
+        lines += [f"**{fam}**", "", "| strategy | sft | " + " | ".join(OOD_SPLITS) + " |",
+                  "|---|---|" + "---|" * len(OOD_SPLITS)]
+        for name, r in st.items():
+            row = r["per_family"].get(fam, {})
+            lines.append(f"| {name} | " + " | ".join(f"{row.get(sp, float('nan')):.2f}" for sp in ("sft", *OOD_SPLITS))
+                         + " |")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _commit() -> str | None:
@@ -335,6 +346,8 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override for every run")
     ap.add_argument("--work", type=Path, default=None, help="run directories (default runs/bench_headline[_fast])")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--report", action="store_true",
+                    help="only summarise: write the results of the finished runs, run nothing (all must be done)")
     args = ap.parse_args()
 
     console = Console()
@@ -348,12 +361,17 @@ def main() -> None:
     later = {(j.seed, j.family): [Job(j.seed, j.family, s) for s in args.strategies] for j in round0}
     jobs = round0 + [j for js in later.values() for j in js]
 
+    if args.report:
+        missing = [j.name for j in jobs if run_status(run_dir(work, j)) != "done"]
+        if missing:
+            raise SystemExit(f"--report: {len(missing)} run(s) are not done in {work}: {', '.join(missing)}")
     t0 = time.perf_counter()
     failed: list[str] = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar, ThreadPoolExecutor(args.jobs) as pool:
         task = bar.add_task("headline runs", total=len(jobs))
-        running: set[Future[tuple[Job, float, int]]] = {pool.submit(execute, j, work, overrides) for j in round0}
+        running: set[Future[tuple[Job, float, int]]] = (
+            set() if args.report else {pool.submit(execute, j, work, overrides) for j in round0})
         while running:
             done, running = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -372,8 +390,9 @@ def main() -> None:
         console.print(f"[red]{len(failed)} run(s) failed: {', '.join(failed)}[/]")
         raise SystemExit(1)
     wall = time.perf_counter() - t0
-    with open(work / "invocations.jsonl", "a") as f:  # a resumed benchmark's wall time is the sum
-        f.write(json.dumps({"argv": sys.argv[1:], "wall_seconds": wall, "commit": _commit()}) + "\n")
+    if not args.report:
+        with open(work / "invocations.jsonl", "a") as f:  # a resumed benchmark's wall time is the sum
+            f.write(json.dumps({"argv": sys.argv[1:], "wall_seconds": wall, "commit": _commit()}) + "\n")
     invocations = [json.loads(line) for line in (work / "invocations.jsonl").read_text().splitlines() if line]
 
     st = summarise(work, jobs, strategies)
@@ -397,7 +416,8 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    cmd = "python bench/headline.py" + (" --fast" if args.fast else "") + "".join(f" {a}" for a in sys.argv[1:] if a != "--fast")
+    cmd = "python bench/headline.py" + (" --fast" if args.fast else "") + "".join(
+        f" {a}" for a in sys.argv[1:] if a not in ("--fast", "--report"))
     md = markdown(result, cmd.replace(" --fast --fast", " --fast"))
     out.with_suffix(".md").write_text(md)
 
@@ -409,7 +429,8 @@ def main() -> None:
                       f"{r['id_success']:.3f}", ", ".join(f"{x:.2f}" for x in r["ood_per_seed"]))
     console.print(table)
     console.print(f"SFT→coda ratio {result['sft_to_coda_ratio']}; coda − {best}: "
-                  f"{result['coda_minus_best_closed_loop_pp']} points; wall {wall / 60:.1f} min → {out}")
+                  f"{result['coda_minus_best_closed_loop_pp']} points; wall {result['wall_seconds'] / 60:.1f} min "
+                  f"over {len(invocations)} invocation(s) → {out}")
 
 
 if __name__ == "__main__":

@@ -42,3 +42,15 @@ def test_table_shows_the_paired_difference_to_coda(headline) -> None:
     assert "-10.0 [-20.0, -2.0], p=0.012" in row
     assert next(line for line in md.splitlines() if line.startswith("| coda |")).count("–") == 1
     assert "coda − best closed-loop baseline (dr): 10.0 points" in md
+
+
+def test_table_has_each_familys_splits(headline) -> None:
+    coda, dr = _strategy(0.5), _strategy(0.4)
+    dr["per_family"]["drawer"] = {sp: 0.25 for sp in SPLITS}
+    result = {"strategies": {"coda": coda, "dr": dr}, "seeds": 1, "wall_seconds": 60.0, "sft_to_coda_ratio": None,
+              "best_closed_loop": "dr", "coda_minus_best_closed_loop_pp": 10.0, **headline.sizes(headline.SIZES)}
+    md = headline.markdown(result, "python bench/headline.py").split("Per family")[1]
+    drawer = md.split("**drawer**")[1].split("**push**")[0]
+    assert "| dr | " + " | ".join(["0.25"] * len(SPLITS)) + " |" in drawer
+    assert "| coda | " + " | ".join(["nan"] * len(SPLITS)) + " |" in drawer  # coda has no drawer runs
+    assert "| coda | " + " | ".join(["0.50"] * len(SPLITS)) + " |" in md.split("**push**")[1]
