@@ -90,32 +90,22 @@ class _CachedEncoder:
         if self.cache_file is not None and self.cache_file.exists():
             self._load_cache(self.cache_file)
 
-    def _embed(self, text: str) -> np.ndarray:  # (dim,) float32, normalised
-        raise NotImplementedError
-
-    def _embed_tokens(self, text: str) -> np.ndarray:  # (L, dim) float32, rows normalised, 1 <= L <= MAX_TOKENS
-        raise NotImplementedError
-
     def _embed_both(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """`_embed` and `_embed_tokens` of one text; an encoder whose model gives both in one pass overrides it."""
-        return self._embed(text), self._embed_tokens(text)
+        """One text's sentence embedding (dim,), normalised, and its token embeddings (L, dim), rows
+        normalised, 1 <= L; both from one pass where the model gives both."""
+        raise NotImplementedError
 
     def _fill(self, texts: Sequence[str], tokens: bool) -> None:
-        """Embed the texts missing from the sentence cache (or, with `tokens`, the token cache); a text new to
-        both caches fills both from one `_embed_both`. Call with the lock held."""
-        have, other = (self._tokens, self._cache) if tokens else (self._cache, self._tokens)
+        """Embed the texts missing from the sentence cache (or, with `tokens`, the token cache), filling both
+        caches from one `_embed_both`; a sentence already cached (read from a cache file) is kept. Call with
+        the lock held."""
+        have = self._tokens if tokens else self._cache
         for t in sorted({t for t in texts if t and t not in have}):  # one at a time: the result must not depend on the batch
-            if t in other:
-                if tokens:
-                    self._tokens[t] = self._token_rows(self._embed_tokens(t))
-                else:
-                    self._cache[t] = np.asarray(self._embed(t), dtype=np.float32).reshape(self.dim)
-                    self._dirty = True
-                continue
             sentence, tok = self._embed_both(t)
-            self._cache[t] = np.asarray(sentence, dtype=np.float32).reshape(self.dim)
             self._tokens[t] = self._token_rows(tok)
-            self._dirty = True
+            if t not in self._cache:
+                self._cache[t] = np.asarray(sentence, dtype=np.float32).reshape(self.dim)
+                self._dirty = True
 
     def _token_rows(self, tok: np.ndarray) -> np.ndarray:
         return np.asarray(tok, dtype=np.float32).reshape(-1, self.dim)[:MAX_TOKENS]
@@ -233,15 +223,10 @@ class TextEncoder(_CachedEncoder):
         finally:
             torch.set_num_threads(threads)
 
-    def _embed(self, text: str) -> np.ndarray:
-        return self._run(text, normalize_embeddings=True, convert_to_numpy=True)
-
-    def _embed_tokens(self, text: str) -> np.ndarray:
-        return self._embed_both(text)[1]
-
     def _embed_both(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """One pass of the model: the sentence embedding, normalised as `_embed` normalises it, and the token
-        embeddings without [CLS] and [SEP], rows normalised (the sentence's when it has no other token).
+        """One pass of the model: the sentence embedding, normalised as `normalize_embeddings` normalises it,
+        and the token embeddings without [CLS] and [SEP], rows normalised (the sentence's when it has no
+        other token).
         Both are bit for bit what separate passes give (one text, no padding)."""
         import torch
 
@@ -272,13 +257,10 @@ class HashingTextEncoder(_CachedEncoder):
         n = np.linalg.norm(out)
         return out / n if n > 0 else out
 
-    def _embed(self, text: str) -> np.ndarray:
+    def _embed_both(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         words = text.lower().split()
-        return self._hash(words + [a + " " + b for a, b in zip(words, words[1:])])
-
-    def _embed_tokens(self, text: str) -> np.ndarray:
-        words = text.lower().split() or [text]
-        return np.stack([self._hash([w]) for w in words])
+        sentence = self._hash(words + [a + " " + b for a, b in zip(words, words[1:])])
+        return sentence, np.stack([self._hash([w]) for w in words or [text]])
 
 
 def unfamiliar_variants(text: str, n: int, share: float = 1 / 3) -> tuple[str, ...]:
