@@ -187,23 +187,24 @@ def corrective_demos(sft: Path, matched: list[Any], cfg: Any, out: Path) -> list
 INFERENCE_FIELDS = ("ground_once",)
 
 
-def _inference_tag(cfg: Any) -> str:
+def _hash(data: Any, n: int) -> str:
     import hashlib
 
-    data = {k: getattr(cfg.policy, k) for k in INFERENCE_FIELDS}
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:n]
+
+
+def _inference_tag(cfg: Any) -> str:
+    return _hash({k: getattr(cfg.policy, k) for k in INFERENCE_FIELDS}, 8)
 
 
 def _digest(cfg: Any, sections: tuple[str, ...] | None = None) -> str:
-    import hashlib
-
     data = cfg.model_dump(mode="json")
     for k in INFERENCE_FIELDS:
         data["policy"].pop(k, None)
     if sections is not None:
         data = {k: data[k] for k in sections}
         data.get("policy", {}).pop("finetune_steps", None)  # used by the round's step only
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
+    return _hash(data, 10)
 
 
 def run_family(family: str, cfg: Any, tag: str, work: Path, workers: int, console: Console,
