@@ -77,6 +77,7 @@ ABLATIONS: dict[str, list[str]] = {
     "no_unfamiliar": ["policy.unfamiliar_rate=0.0"],  # item 1: no training on instructions with unfamiliar words
     "read_motion": ["policy.read_motion=true"],  # the policy reads its own velocity and last grip command
     "awr": ["engine.improvement=awr"],  # item 2: the critic's advantage weights instead of plain behaviour cloning
+    "sampled_prior": ["engine.layout_prior=sampled"],  # item 1: the pointers' layout prior learns the batches as oversampled, not the data as collected
     "short_finetune": ["policy.finetune_steps=500"],  # item 2: the first build's round length
 }
 POLICIES = ("sft", "matched", "sft_only", "corrective")

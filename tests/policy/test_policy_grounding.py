@@ -9,11 +9,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch import Tensor
 
 from coda.policy.data import Episode, run_expert_episode
 from coda.policy.features import obs_to_batch
 from coda.policy.policy import pointer_loss
-from coda.policy.samples import ChunkDataset
+from coda.policy.samples import ChunkDataset, TrainBatch
 from coda.policy.train import build_policy, train_policy
 from coda.scene.spec import ContainerSpec, GoalPredicate, ObjectSpec, ScenarioSpec
 from policy_synthetic import tiny_cfg
@@ -211,3 +212,45 @@ def test_a_checkpoint_keeps_the_remembered_goals(tmp_path, hashing) -> None:
     save_checkpoint(policy, tmp_path / "p.pt")
     back = load_policy(tmp_path / "p.pt", text=hashing)
     assert torch.equal(back.encoder.goal.memory, policy.encoder.goal.memory) and back.encoder.goal.memory.shape[0] == 2
+
+
+def test_the_layout_prior_learns_the_data_as_collected_not_as_weighted(hashing) -> None:
+    """With `natural_prior`, a sample's gradient to the pointers' layout logits is scaled by (uniform draw
+    probability / its draw probability), so the oversampled source teaches the layout prior as much as its
+    episodes' share, while its gradient to the language logits, and every logit's value, stay as they are."""
+    from coda.sim.tabletop.env import TabletopEnv
+    from coda.sim.tabletop.experts import expert_for
+
+    env = TabletopEnv()
+    eps = []
+    for target in ("obj0", "obj0", "obj0", "obj1"):
+        spec = _scene(target, TRAIN[target])
+        ep = run_expert_episode(env, spec, expert_for(spec))
+        ep.goal_rows = _rows(spec)
+        eps.append(ep)
+    env.close()
+    sources = ["replay", "replay", "replay", "expert"]
+    weights = {"replay": 1.0, "expert": 1.0}
+    data = ChunkDataset(eps, hashing, chunk_len=4, sources=sources, source_weights=weights, natural_prior=True)
+    plain = ChunkDataset(eps, hashing, chunk_len=4, sources=sources, source_weights=weights)
+    assert plain.bc_layout_scale is None and data.bc_layout_scale is not None
+    new = torch.tensor([s == "expert" for s in data.bc_source])
+    share = float(new.float().mean())  # the generated episode's share of the samples
+    assert torch.allclose(data.bc_layout_scale[new], torch.tensor(share / 0.5))  # drawn half the time
+    assert torch.allclose(data.bc_layout_scale[~new], torch.tensor((1 - share) / 0.5))
+    assert float((data.bc_prob * data.bc_layout_scale).sum()) == pytest.approx(1.0)  # uniform over samples
+
+    policy = build_policy(tiny_cfg(frame="task"), data, hashing)
+    idx = torch.nonzero(new).flatten()
+
+    def grads(d: ChunkDataset) -> tuple[Tensor, Tensor, float]:
+        policy.zero_grad()
+        loss, _ = policy(TrainBatch(d.bc_batch(idx)))
+        loss.backward()
+        flat = lambda m: torch.cat([p.grad.flatten() for p in m.parameters()])  # noqa: E731
+        return flat(policy.encoder.layout_pointer), flat(policy.encoder.pointer), float(loss.detach())
+
+    lay, lang, loss = grads(data)
+    lay0, lang0, loss0 = grads(plain)
+    assert loss == loss0 and torch.equal(lang, lang0)
+    assert torch.allclose(lay, lay0 * share / 0.5, atol=1e-7) and float(lay0.abs().sum()) > 0

@@ -251,6 +251,8 @@ class ObsEncoder(nn.Module):
             # logits see what the instruction says about an entity and its description, never its position;
             # the layout logits see its features and position, never the words. Where the words are clear they
             # decide; where they are not (unfamiliar words) the pointer falls back on where targets usually are.
+            # That prior learns from the demos as collected, not as a round oversamples its generated scenes
+            # (`ChunkDataset` natural_prior): those were made to break it, and at their weight they flatten it.
             self.pointer = _mlp([2 * hidden + GROUNDING_FEATURES, hidden, ROLES])
             self.layout_pointer = _mlp([dims.object_features + 3, hidden, ROLES])
             self.role_emb = nn.Parameter(torch.randn(ROLES, hidden) * 0.02)
@@ -263,28 +265,34 @@ class ObsEncoder(nn.Module):
         """Encode raw observations (normalised here with `stats`) -> (B, hidden)."""
         return self.encode(obs, stats).z
 
-    def pointer_logits(self, obs: ObsBatch, desc: Tensor, ob: Tensor, rp: Tensor) -> Tensor:
-        """Role pointer logits (B, M, ROLES) over entities, -inf on padding."""
+    def pointer_logits(self, obs: ObsBatch, desc: Tensor, ob: Tensor, rp: Tensor,
+                       layout_scale: Tensor | None = None) -> Tensor:
+        """Role pointer logits (B, M, ROLES) over entities, -inf on padding. `layout_scale` (B,) (training)
+        scales each sample's gradient to the layout logits (their values stay as they are)."""
         assert self.grounding is not None
         said, feats = self.grounding(obs)
         lang = self.pointer(torch.cat([said, desc, feats], dim=-1))
-        logits = lang + self.layout_pointer(torch.cat([ob, rp], dim=-1))
+        layout = self.layout_pointer(torch.cat([ob, rp], dim=-1))
+        if layout_scale is not None:
+            fixed = layout.detach()
+            layout = fixed + layout_scale[:, None, None] * (layout - fixed)
+        logits = lang + layout
         return logits.masked_fill(~obs.object_mask.unsqueeze(-1), float("-inf"))
 
     def encode(self, obs: ObsBatch, stats: NormStats, rows: Tensor | None = None,
-               values: Tensor | None = None) -> "Encoded":
+               values: Tensor | None = None, layout_scale: Tensor | None = None) -> "Encoded":
         """The (B, hidden) summary with what the instruction was grounded to (None without "tokens").
 
         With frame "task" the pointers read the observation as given; the rest of the network reads it in the
         task frame of the rows `frame_rows` chooses (`rows` (B, R): the goal's own, in training). `values`
         (B,) are the goals' own numbers where known (NaN: none; training): the network reads them in place of
         its own reading of the number, as it reads the goal's rows, so it learns to act on the number it is
-        given while `goal_value` learns to read it."""
+        given while `goal_value` learns to read it. `layout_scale` (B,): see `pointer_logits`."""
         pr, ob, rp = stats.normalize_obs(obs)
         desc = self.text_proj(obs.object_emb)  # (B, M, hidden)
         frame = used = None
         if self.frame == "task":
-            world_logits = self.pointer_logits(obs, desc, ob, rp)
+            world_logits = self.pointer_logits(obs, desc, ob, rp, layout_scale)
             used = frame_rows(world_logits.argmax(dim=1), rows)
             frame = task_frame(obs.objects, obs.object_mask, used)
             obs = obs_in_frame(obs, frame)
@@ -298,7 +306,7 @@ class ObsEncoder(nn.Module):
         if frame is not None:
             logits = world_logits
         elif self.grounding is not None:
-            logits = self.pointer_logits(obs, desc, ob, rp)
+            logits = self.pointer_logits(obs, desc, ob, rp, layout_scale)
         if logits is not None:
             p = hard_pointer(logits, used)  # (B, M, R); frame "task": the entities that set the frame
             raw = p.transpose(1, 2) @ torch.cat([rp, ob], dim=-1)  # (B, R, 3 + F): the pointed-to entities' features

@@ -164,7 +164,7 @@ class ChunkPolicy(nn.Module):
         """Total loss and float metrics for one batch (BC or AWR actor loss, std NLL, critic losses)."""
         cfg, stats = self.cfg, self.stats
         bc = batch.bc
-        enc = self.encoder.encode(bc.obs, stats, bc.goal_rows, bc.goal_value)
+        enc = self.encoder.encode(bc.obs, stats, bc.goal_rows, bc.goal_value, bc.layout_scale)
         target = stats.normalize_actions(self.chunk_in(bc.chunk, enc.frame))  # (B, H, A)
         mean, log_std = self.actor(enc.z)
         err = mean - target

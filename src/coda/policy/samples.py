@@ -64,6 +64,7 @@ class BCBatch(NamedTuple):
     chunk: Tensor  # (B, H, A) target chunk relative to the gripper pose, raw units
     goal_rows: Tensor | None = None  # (B, R) entity rows the goal names per role (-1: none), for grounding
     goal_value: Tensor | None = None  # (B,) the goal's number (NaN: none), for grounding
+    layout_scale: Tensor | None = None  # (B,) factor on each sample's gradient to the pointers' layout logits (None: 1)
 
 
 class CriticBatch(NamedTuple):
@@ -256,6 +257,12 @@ class ChunkDataset:
         source_weights: sampling weight per source name (see the module docstring); needs `sources`.
         max_oversample: cap on any source's share relative to uniform sampling (see the module docstring).
         unfamiliar_variants: K, the unfamiliar-word variants of each episode's instruction to hold (0: none).
+        natural_prior: with `source_weights`, scale each BC sample's gradient to the role pointers' layout
+            logits by (uniform draw probability / its draw probability): the layout prior (where targets
+            usually are) learns the targets' frequencies in the episodes as collected, while the words learn
+            from the weighted batches. Generated scenes are oversampled because they were made to break that
+            prior; drawn at their weight they would flatten it, and an instruction whose words the text model
+            cannot read would then be decided by noise.
     Raises:
         DatasetError: no BC samples, episodes with different dims, or sources/weights that do not fit.
     """
@@ -271,6 +278,7 @@ class ChunkDataset:
         source_weights: Mapping[str, float] | None = None,
         max_oversample: float | None = None,
         unfamiliar_variants: int = 0,
+        natural_prior: bool = False,
     ) -> None:
         if source_weights is not None and sources is None:
             raise DatasetError("source_weights given without sources: tag each episode with its source")
@@ -295,6 +303,11 @@ class ChunkDataset:
         self.bc_shares: dict[str, float] | None = None  # share of the BC batches per source present
         if source_weights is not None:
             self.bc_prob, self.bc_shares = _bc_probabilities(rows.bc_src, source_weights, max_oversample)
+        # per BC sample: the factor on its gradient to the pointers' layout logits (None: 1)
+        self.bc_layout_scale: Tensor | None = None
+        if natural_prior and self.bc_prob is not None:
+            drawn = self.bc_prob > 0  # a sample never drawn needs no factor
+            self.bc_layout_scale = torch.where(drawn, 1.0 / (self.n_bc * self.bc_prob.clamp_min(1e-300)), 0.0).to(torch.float32)
 
     def _set_observations(self, rows: _EpisodeRows, text: TextEmbedder) -> None:
         """Observation tensors of every row, the string table and its embeddings."""
@@ -459,7 +472,8 @@ class ChunkDataset:
             keep = torch.where(keep.any(dim=1, keepdim=True), keep, mask)
             obs = obs._replace(instruction_token_mask=keep)
         ep = self.row_episode[rows]
-        return BCBatch(obs, self.bc_chunk[idx], self.goal_rows[ep], self.goal_value[ep])
+        scale = None if self.bc_layout_scale is None else self.bc_layout_scale[idx]
+        return BCBatch(obs, self.bc_chunk[idx], self.goal_rows[ep], self.goal_value[ep], scale)
 
     def critic_batch(self, idx: Tensor) -> CriticBatch:
         """Chunk transitions `idx` (B,)."""

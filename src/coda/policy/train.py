@@ -64,7 +64,7 @@ def batch_statistics(batch: TrainBatch) -> str:
         for fname, value in part._asdict().items():
             if isinstance(value, tuple):
                 items += [(f"{part_name}.{fname}.{k}", v) for k, v in value._asdict().items()]
-            else:
+            elif value is not None:  # an optional field the batch does not carry
                 items.append((f"{part_name}.{fname}", value))
     summaries = [(n, _tensor_summary(n, t)) for n, t in items]
     bad = [s for n, s in summaries if s and not s.split(": ")[1].startswith("0 ")]
@@ -244,6 +244,7 @@ def load_chunk_dataset(
     source_of: Callable[[int, Episode], str] | None = None,
     source_weights: Mapping[str, float] | None = None,
     max_oversample: float | None = None,
+    natural_prior: bool = False,
 ) -> ChunkDataset:
     """Read one or more demo directories into a ChunkDataset for `cfg` (chunk length, discount).
 
@@ -251,6 +252,8 @@ def load_chunk_dataset(
         source_of: (index of the episode's directory in `demo_dirs`, episode) -> source name, for data weights.
         source_weights: BC sampling weight per source name (see `coda.policy.samples`).
         max_oversample: cap on a source's share relative to uniform sampling (see `coda.policy.samples`).
+        natural_prior: the pointers' layout prior learns from the data as collected, not as `source_weights` draw
+            it (see `coda.policy.samples`).
     """
     from coda.policy.data import DemoDataset
 
@@ -263,7 +266,7 @@ def load_chunk_dataset(
     items = [(i, ep) for i, d in enumerate(demo_dirs) for ep in DemoDataset(d).episodes()]
     return ChunkDataset((ep for _, ep in items), text, cfg.chunk_len, cfg.gamma, shaping_weight,
                         sources=[source_of(i, ep) for i, ep in items], source_weights=source_weights,
-                        max_oversample=max_oversample, unfamiliar_variants=variants)
+                        max_oversample=max_oversample, unfamiliar_variants=variants, natural_prior=natural_prior)
 
 
 def train_sft(
