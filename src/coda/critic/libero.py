@@ -50,14 +50,15 @@ from coda.critic.libero_factors import (
 )
 from coda.critic.privileged import DETOUR_PATH, MIN_GRASP_STEPS, release_or_tip
 from coda.critic.trace import CLOSE_MARGIN, TILT_COS
-from coda.shaping.program import Stage, StageProgram
-from coda.shaping.text2potential import PROGRESS_CAP, StagedPotential
+from coda.shaping.program import ProgramError, Stage, StageProgram
+from coda.shaping.resolve import NamedEntities, PlanParseError
+from coda.shaping.text2potential import PROGRESS_CAP, PlanRejected, StagedPotential, parse_plan
 from coda.sim.libero import suites as S
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.experts import pick_place_task
 from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds
 from coda.sim.libero.scenario import LiberoScenario
-from coda.sim.libero.state import LiberoState
+from coda.sim.libero.state import SKIPPED_FIXTURES, LiberoState, category_words
 
 REGROUP_STEPS = 3  # a grasp lost for fewer states than this and taken again is one grasp (contacts flicker)
 
@@ -95,6 +96,51 @@ def libero_stage_program(goal: Sequence[Sequence[str]], regions: dict[str, dict]
                                 Stage(kind="lift", args=(o,), value=lift), Stage(kind="carry", args=(o, t)),
                                 Stage(kind="place", args=(o, t))),
                         source=f"{task.relation}({o}, {t})")
+
+
+def libero_entities(scenario: LiberoScenario, first: LiberoState | None = None) -> NamedEntities:
+    """The scenario's entities as a stage plan names them (`coda.shaping.resolve.NamedEntities`): each
+    entity's words ("alphabet soup") and its stage kind (`libero_kinds`). Read from `first` (an episode's
+    initial state) when given, else from the BDDL alone (its objects, then its fixtures but the table and
+    floor, as the environment lists them). Raises LiberoError for a goal that is not one `in` / `on`."""
+    text = scenario.bddl_text()
+    goal, regions = S.bddl_goal(text), bddl_regions(text)
+    if first is not None:
+        names, words = tuple(first.names), dict(zip(first.names, first.texts))
+    else:
+        fixtures = {n: c for n, c in S.bddl_fixtures(text).items() if not any(w in c for w in SKIPPED_FIXTURES)}
+        cats = {**S.bddl_objects(text), **fixtures}
+        names, words = tuple(cats), {n: category_words(c) for n, c in cats.items()}
+    return NamedEntities(kinds=libero_kinds(goal, regions, names), words=words)
+
+
+def libero_plan_potential(plan: str, first: LiberoState, scenario: LiberoScenario) -> StagedPotential:
+    """Text2potential on LIBERO: a stage plan in words ("1. reach the alphabet soup 2. grasp it ...") parsed
+    against the scenario's entities (`libero_entities`) into a stage program whose predicates are LIBERO's
+    (`LiberoPredicates`: `in` / `on` of the BDDL goal pair are its own `check_success()`), with the table top
+    read from `first`.
+
+    Raises:
+        PlanParseError: a step or phrase that maps to no stage or entity (the message names the words).
+        ProgramError: a stage over an entity of the wrong kind.
+        LiberoError: the goal is not one `in` / `on` predicate.
+    """
+    text = scenario.bddl_text()
+    goal, regions = S.bddl_goal(text), bddl_regions(text)
+    scene = libero_entities(scenario, first)
+    program = parse_plan(plan, scene)
+    P = LiberoPredicates.for_state(first, goal_pair(goal, regions, first.names))
+    return StagedPotential(program, None, P, kinds=dict(scene.kinds))
+
+
+def try_libero_plan(plan: str, first: LiberoState, scenario: LiberoScenario) -> StagedPotential | PlanRejected:
+    """Like `libero_plan_potential`, but a plan that cannot be compiled comes back as a PlanRejected record."""
+    try:
+        return libero_plan_potential(plan, first, scenario)
+    except PlanParseError as e:
+        return PlanRejected(text=plan, reason=str(e), phrase=e.phrase)
+    except (ProgramError, LiberoError) as e:
+        return PlanRejected(text=plan, reason=str(e))
 
 
 def libero_potential(first: LiberoState, scenario: LiberoScenario) -> StagedPotential:
@@ -354,7 +400,13 @@ def relevant_factors(mode: str, factors: Sequence[SceneFactor], involved: Sequen
 def stage_plan_words(f: LiberoTraceFacts) -> str:
     """The canonical stage program as a numbered plan in words."""
     assert f.program is not None
-    W = lambda n: f"the {f.texts.get(n, n)}"  # noqa: E731
+    counts: dict[str, int] = {}
+    for t in f.texts.values():
+        counts[t] = counts.get(t, 0) + 1
+
+    def W(n: str) -> str:  # an entity's words, or its name where other entities share them
+        t = f.texts.get(n, n)
+        return f"the {t}" if counts.get(t, 0) == 1 else n
     lines = []
     for st in f.program.stages:
         o = st.args[0]
@@ -425,8 +477,11 @@ __all__ = [
     "LiberoTraceFacts",
     "bddl_regions",
     "classify",
+    "libero_entities",
+    "libero_plan_potential",
     "libero_potential",
     "libero_trace_facts",
+    "try_libero_plan",
     "relevant_factors",
     "scenario_factors",
     "stage_plan_words",

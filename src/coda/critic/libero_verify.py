@@ -15,9 +15,11 @@ checks (the `Verdict`, `CheckResult` and `FactorTrial` records are the tabletop 
     policy solves, each with only that factor transplanted (`transplant_factor`), fail in at least a margin
     share. A factor is reproduced when every test that ran passed and at least one ran; the check passes
     when one factor is. A diagnosis that blames no scene factor cannot be tested this way and fails.
-(c) **potential** — Φ of the goal's canonical stage program is finite and in [0, 1] along the failed
-    episode, and along scripted expert demonstrations of the scenario it ends at 1 and rises (Spearman rank
-    correlation with time ≥ `ShapingConfig.min_rank_corr`).
+(c) **potential** — the diagnosis's stage plan compiles through Text2potential on the scenario
+    (`coda.critic.libero.libero_plan_potential`: its phrases resolved to the scene's entities, LIBERO's
+    predicates under its stages); its Φ is finite and in [0, 1] along the failed episode, and along scripted
+    expert demonstrations of the scenario it ends at 1 and rises (Spearman rank correlation with time ≥
+    `ShapingConfig.min_rank_corr`). A plan that does not compile, or whose Φ does not rise, fails.
 
 Cost: every policy outcome is memoised by `spec_id` for the verifier's life. Per diagnosis the factor tests
 run at most 2·k episodes per factor (k undone placements, k transplanted bases, 3 factors at most); base
@@ -39,10 +41,11 @@ from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import CriticResult, Diagnosis, SceneFactor
 from coda.critic.libero import (
     LiberoTraceFacts,
-    libero_potential,
+    libero_plan_potential,
     libero_trace_facts,
     swap_partner,
     transplant_factor,
+    try_libero_plan,
     undo_factor,
 )
 from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST
@@ -50,7 +53,7 @@ from coda.critic.trace import MOVED
 from coda.critic.verify import CHECKS, CheckResult, FactorTrial, Verdict, VerifyError
 from coda.errors import CodaError
 from coda.shaping.config import ShapingConfig
-from coda.shaping.text2potential import spearman_with_time
+from coda.shaping.text2potential import PlanRejected, spearman_with_time
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.scenario import LiberoScenario
 
@@ -235,7 +238,7 @@ class LiberoVerifier:
                 result = CheckResult(name="counterfactual", status="not_run", reason=facts_error)
             checks.append(result)
         if "potential" in self.require:
-            checks.append(self.check_potential(facts, spec) if facts is not None
+            checks.append(self.check_potential(diagnosis, episode.states, spec) if facts is not None
                           else CheckResult(name="potential", status="not_run", reason=facts_error))
         reasons = tuple(f"{c.name}: {c.reason}" for c in checks if c.status != "passed")
         return Verdict(episode_id=episode.episode_id, critic=diagnosis.critic, failure_mode=diagnosis.failure_mode,
@@ -275,10 +278,14 @@ class LiberoVerifier:
         return CheckResult(name="counterfactual", status="failed", reason=f"no factor reproduces the failure ({why})",
                            details=details), tuple(trials)
 
-    def check_potential(self, facts: LiberoTraceFacts, spec: LiberoScenario) -> CheckResult:
-        """Check (c): Φ is in [0, 1] along the failed episode, and rises to 1 along expert demos of the scenario."""
-        phi = facts.phi
-        details: dict[str, Any] = {"program": facts.program.describe() if facts.program else None,
+    def check_potential(self, d: Diagnosis, states: Sequence[Any], spec: LiberoScenario) -> CheckResult:
+        """Check (c): the diagnosis's stage plan compiles on the scenario, its Φ is in [0, 1] along the failed
+        episode (`states`), and it rises to 1 along expert demos of the scenario."""
+        pot = try_libero_plan(d.stage_plan, states[0], spec)
+        if isinstance(pot, PlanRejected):
+            return CheckResult(name="potential", status="failed", reason=f"the stage plan does not compile: {pot.reason}")
+        phi = pot.phis(states)
+        details: dict[str, Any] = {"program": pot.program.describe(),
                                    "episode_phi_max": float(np.max(phi)) if np.all(np.isfinite(phi)) else None}
         if not np.all(np.isfinite(phi)) or phi.min() < 0.0 or phi.max() > 1.0:
             why = f"Φ along the failed episode leaves [0, 1] or is not finite (min {np.min(phi)}, max {np.max(phi)})"
@@ -291,7 +298,7 @@ class LiberoVerifier:
         if not demos:
             return CheckResult(name="potential", status="not_run",
                                reason="the scripted expert solves no demo of this scenario", details=details)
-        phis = [libero_potential(states[0], spec).phis(states) for states in demos]
+        phis = [libero_plan_potential(d.stage_plan, demo[0], spec).phis(demo) for demo in demos]
         corr = [spearman_with_time(p) for p in phis]
         final = [float(p[-1]) for p in phis]
         threshold = self.shaping.min_rank_corr

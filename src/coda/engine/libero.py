@@ -20,9 +20,13 @@ A run with `sim.backend = "libero"` and `scene.families = [base suites]` (e.g. `
   object verified together are `position:swap`, as `swap_regions` makes them); the budget is split by
   learning progress (`coda.engine.progress.allocate_budget`); each mode's program applies the edit of its
   factors to the tasks it failed on (level 0) and then to every task of those suites (level 1).
+- **Text2potential** — each mode's training program carries the staged potential its verified diagnoses'
+  stage plans compile to, over roles (`coda.engine.libero_potentials`), and a Potential record is stored for
+  it; a mode not diagnosed this round keeps its last one. Demos in a mode's scenes carry Φ of that potential
+  when it was accepted (the diagnosis's plan passed the verifier's potential check), every other scene Φ of
+  its goal's canonical stage program.
 - **training** — expert demos in the generated scenes and corrective labels of failed probes, both from
-  the scripted expert acting in 5-D targets; Φ is the canonical stage program of the scene's goal
-  (`coda.sim.libero.predicates`), so shaping needs no per-mode potential.
+  the scripted expert acting in 5-D targets.
 """
 
 from __future__ import annotations
@@ -287,8 +291,13 @@ class LiberoBackend(RoundBackend):
 
     def phis(self, env: Any, spec: Any, states: Sequence[Any], program: dict[str, Any] | None = None,
              accepted: set[str] = frozenset()) -> list[float]:
-        """Φ of the canonical stage program of the scene's goal (`coda.critic.libero.libero_potential`)."""
-        return [float(x) for x in libero_potential(states[0], spec).phis(states)]
+        """Φ along `states`: the accepted potential of `program`'s failure mode bound to the scene
+        (`coda.engine.libero_potentials.mode_phis`), else the canonical stage program of the scene's goal
+        (`coda.critic.libero.libero_potential`)."""
+        from coda.engine.libero_potentials import mode_phis
+
+        phis = mode_phis(program, accepted, spec, states)
+        return phis if phis is not None else [float(x) for x in libero_potential(states[0], spec).phis(states)]
 
     def make_critic(self) -> Any:
         from coda.critic.base import make_critic
@@ -348,6 +357,7 @@ def mode_key_of(failure_mode: str, tokens: Iterable[str]) -> str:
 
 def plan_libero_modes(ev: Any) -> Any:
     """CoDA's plan of one round on LIBERO (see the module docstring)."""
+    from coda.engine.libero_potentials import mode_potential
     from coda.engine.strategies import Plan
 
     ctx: RunContext = ev.ctx
@@ -359,6 +369,7 @@ def plan_libero_modes(ev: Any) -> Any:
     for rec in mem.list("generation_program", run_id=ctx.run_id):
         if rec.body.get("mode_program"):
             last[rec.body["mode"]] = rec.body
+    carried = _last_potentials(ctx)
     active = _mode_history(ctx, records, {*members, *last})
     rng = np.random.default_rng(ev.seed)
     shares = mode_shares(active, budget, cfg, rng)
@@ -387,6 +398,12 @@ def plan_libero_modes(ev: Any) -> Any:
                 "mode_description": descriptions.get(key) or (records[key].description if key in records else key),
                 "mode_program": {"level": level, "parent": (prev or {}).get("program_key"), "rediagnose": False},
                 "program_key": prog_key}))
+            potential_fields, potential = mode_potential(
+                members.get(key, []), ev.diagnoses, ev.verdicts, {e: probes[e].spec for e in members.get(key, [])})
+            if potential is not None:
+                plan.potentials.append({"mode": key, **potential})
+            elif not members.get(key) and key in carried:  # not diagnosed this round: its last potential
+                potential_fields = carried[key]
             chosen = members.get(key, [])[:corrective_left]
             corrective_left -= len(chosen)
             if chosen and env is None:
@@ -394,7 +411,7 @@ def plan_libero_modes(ev: Any) -> Any:
             plan.training.append((f"train:{prog_key}", {
                 "kind": "mode_training", "mode": key, "generation_program": prog_key, "expert_demos": count,
                 "corrective": [_corrective_demo(ctx, env, probes[eid]) for eid in chosen],
-                "potential": None, "potential_template": None,
+                **potential_fields,
                 "weights": {"expert": cfg.expert_weight, "corrective": cfg.corrective_weight,
                             "replay": cfg.replay_weight}}))
     finally:
@@ -437,6 +454,18 @@ def _mode_history(ctx: "RunContext", records: dict[str, Any], keys: set[str]) ->
         if k in history:
             history[k].append(LearningProgress(mode=k, round=lp.round, before=lp.before, after=lp.after, n=1))
     return {k: sorted(v, key=lambda lp: lp.round) for k, v in history.items()}
+
+
+def _last_potentials(ctx: "RunContext") -> dict[str, dict[str, Any]]:
+    """Each mode's potential fields of its latest training program that has one, marked as carried over."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in sorted(ctx.memory.list("training_program", run_id=ctx.run_id), key=lambda t: t.round):
+        b = t.body
+        if b.get("kind") == "mode_training" and b.get("potential") is not None:
+            out[b["mode"]] = {**{k: b[k] for k in ("potential", "potential_template", "potential_plan",
+                                                   "potential_episode", "plans_compiled")},
+                              "potential_votes": 0, "potential_reason": f"carried over from round {t.round}"}
+    return out
 
 
 def _mode_tasks(seen: set[tuple[str, int]], prev: dict[str, Any] | None) -> tuple[int, list[tuple[str, int]]]:

@@ -10,7 +10,8 @@ match exactly one entity. A word the vocabulary does not know is an error rather
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from coda.errors import CodaError
 from coda.scene import language as L
@@ -144,17 +145,73 @@ def _matches(key: PhraseKey, e: Entity) -> bool:
     return key.container is None or (isinstance(e, ContainerSpec) and e.kind == key.container)
 
 
-def resolve(phrase: str, spec: ScenarioSpec, kinds: tuple[str, ...] | None = None) -> str:
+@dataclass(frozen=True)
+class NamedEntities:
+    """A scene of another simulator backend as a plan names it: each entity's kind and its words.
+
+    A phrase names an entity by its name written as such (`akita_black_bowl_1`) or by words that all occur in
+    the entity's words ("the soup", "the alphabet soup" for "alphabet soup"); articles and general nouns
+    ("object", "item") are skipped. A word no entity has is an error, as for tabletop scenes.
+
+    Args:
+        kinds: entity name -> "object" | "container" | "drawer" | "region".
+        words: entity name -> its words ("alphabet soup"); an entity without words is named by its name only.
+    """
+
+    kinds: Mapping[str, str]
+    words: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.words) - set(self.kinds))
+        if bad:
+            raise ValueError(f"words: entity '{bad[0]}' has no kind")
+
+    def describe(self, name: str) -> str:
+        return f"{name} ({self.words.get(name, name)})"
+
+    def resolve(self, phrase: str, kinds: tuple[str, ...] | None = None) -> str:
+        """The name of the one entity a phrase names. Raises PlanParseError as `resolve` does."""
+        text = phrase.strip()
+        tokens = [w for w in words(text) if w not in STOP_WORDS and w not in OBJECT_WORDS]
+        named = [w for w in tokens if w in self.kinds]
+        vocab = {w for ws in self.words.values() for w in words(ws)}
+        if named:
+            hit = [named[0]]
+        else:
+            unknown = [w for w in tokens if w not in vocab]
+            if unknown:
+                raise PlanParseError(f"cannot map phrase '{text}': unknown word '{unknown[0]}'", text)
+            if not tokens:
+                raise PlanParseError(f"cannot map phrase '{text}': it names no entity", text)
+            hit = [n for n in self.kinds if set(tokens) <= set(words(self.words.get(n, "")))]
+            if kinds is not None and len(hit) > 1:
+                hit = [n for n in hit if self.kinds[n] in kinds] or hit
+        if not hit:
+            have = ", ".join(self.describe(n) for n in self.kinds)
+            raise PlanParseError(f"cannot map phrase '{text}': no entity of the scene matches (scene: {have})", text)
+        if len(hit) > 1:
+            raise PlanParseError(f"cannot map phrase '{text}': ambiguous, matches "
+                                 f"{', '.join(self.describe(n) for n in hit)}", text)
+        name = hit[0]
+        if kinds is not None and self.kinds[name] not in kinds:
+            raise PlanParseError(f"cannot map phrase '{text}': it names {self.describe(name)}, a {self.kinds[name]}, "
+                                 f"where {' or '.join(kinds)} is expected", text)
+        return name
+
+
+def resolve(phrase: str, spec: ScenarioSpec | NamedEntities, kinds: tuple[str, ...] | None = None) -> str:
     """The name of the one entity of `spec` a phrase describes.
 
     Args:
         phrase: e.g. "the crimson block", "blue bowl", "obj2", "the drawer handle".
-        spec: the scene.
+        spec: the scene (a tabletop ScenarioSpec, or another backend's NamedEntities).
         kinds: entity kinds allowed in this position (e.g. ("object",) for what is grasped); None = any.
 
     Raises:
         PlanParseError: unknown word, no matching entity, or several (each named with its words).
     """
+    if isinstance(spec, NamedEntities):
+        return spec.resolve(phrase, kinds)
     text = phrase.strip()
     entities = all_entities(spec)
     key = read_phrase(text, {e.name for e in entities})

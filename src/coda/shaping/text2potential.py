@@ -31,10 +31,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from coda.scene.spec import GoalPredicate, ScenarioSpec, format_validation_error
 from coda.shaping.program import ProgramError, Stage, StageProgram, entity_kinds, program_json_schema
-from coda.shaping.resolve import PlanParseError, all_entities, entity_words, resolve
+from coda.shaping.resolve import NamedEntities, PlanParseError, all_entities, entity_words, resolve
 from coda.shaping.stages import STAGES, make_context
 
 __all__ = [
+    "NamedEntities",
     "PlanParseError",
     "PlanRejected",
     "StagedPotential",
@@ -81,6 +82,8 @@ _DECIMAL = re.compile(r"\bto\s+(0?\.\d+|1(?:\.0+)?)\b")
 _LENGTH = re.compile(r"(?:by\s+)?(\d+(?:\.\d+)?)\s*(cm|centimet(?:er|re)s?|mm|millimet(?:er|re)s?|m|met(?:er|re)s?)\b")
 _PRONOUN = re.compile(r"^(?:it|them|itself)$")
 
+Scene = ScenarioSpec | NamedEntities  # what a plan's phrases are resolved against
+
 
 class PlanRejected(BaseModel):
     """A plan that could not be compiled: the text, the reason, and the phrase at fault."""
@@ -123,7 +126,7 @@ def _clean(phrase: str) -> str:
     return re.sub(r"\s+", " ", _FILLER.sub(" ", phrase)).strip(" ,.")
 
 
-def _entity(phrase: str, spec: ScenarioSpec, kinds: tuple[str, ...], ctx: _Context, step: str) -> str:
+def _entity(phrase: str, spec: Scene, kinds: tuple[str, ...], ctx: _Context, step: str) -> str:
     p = _clean(phrase)
     if _PRONOUN.match(p) or p == "":
         ref = ctx.drawer if kinds == ("drawer",) else ctx.obj
@@ -168,7 +171,9 @@ def _length(rest: str) -> tuple[float | None, str]:
     return float(m.group(1)) * scale, rest[: m.start()] + rest[m.end() :]
 
 
-def _goal_fraction(spec: ScenarioSpec, drawer: str) -> float:
+def _goal_fraction(spec: Scene, drawer: str) -> float:
+    if isinstance(spec, NamedEntities):
+        return 1.0
     for g in spec.goal:
         if g.name == "drawer_fraction" and g.args[0] == drawer and g.value is not None and g.value > 0:
             return float(g.value)
@@ -202,10 +207,18 @@ def _stage_class(step: str) -> tuple[str, str]:
     return cls, rest
 
 
-def parse_step(step: str, spec: ScenarioSpec, ctx: _Context) -> Stage:
+def _scene_kinds(spec: Scene) -> dict[str, str]:
+    return dict(spec.kinds) if isinstance(spec, NamedEntities) else entity_kinds(spec)
+
+
+def _check(program: StageProgram, spec: Scene) -> StageProgram:
+    return program.check_kinds(dict(spec.kinds)) if isinstance(spec, NamedEntities) else program.check_scene(spec)
+
+
+def parse_step(step: str, spec: Scene, ctx: _Context) -> Stage:
     """One step in words → one Stage. Raises PlanParseError naming the words it could not map."""
     cls, rest = _stage_class(step)
-    kinds = entity_kinds(spec)
+    kinds = _scene_kinds(spec)
     obj_kinds = ("object",)
     target_kinds = ("container", "object", "region")
 
@@ -277,8 +290,9 @@ def _after_prep(rest: str) -> str:
     return m.group(1) if m else ""
 
 
-def parse_plan(text: str, spec: ScenarioSpec) -> StageProgram:
-    """Parse a stage plan in words into a StageProgram over `spec`'s entities.
+def parse_plan(text: str, spec: Scene) -> StageProgram:
+    """Parse a stage plan in words into a StageProgram over `spec`'s entities (a tabletop scene, or another
+    backend's scene as `NamedEntities`).
 
     Raises:
         PlanParseError: a step whose verb is unknown or a phrase that maps to no (or several) entities;
@@ -294,10 +308,10 @@ def parse_plan(text: str, spec: ScenarioSpec) -> StageProgram:
             stages.append(parse_step(step, spec, ctx))
         except ValidationError as e:  # e.g. "lift it 80 cm": an amount outside its range
             raise PlanParseError(f"cannot map step '{step}': {format_validation_error('stage', e)}", step) from None
-    return StageProgram(stages=tuple(stages), source=text).check_scene(spec)
+    return _check(StageProgram(stages=tuple(stages), source=text), spec)
 
 
-def try_parse_plan(text: str, spec: ScenarioSpec) -> StageProgram | PlanRejected:
+def try_parse_plan(text: str, spec: Scene) -> StageProgram | PlanRejected:
     """Like `parse_plan`, but a plan that cannot be mapped comes back as a PlanRejected record."""
     try:
         return parse_plan(text, spec)

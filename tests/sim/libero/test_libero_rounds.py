@@ -1,5 +1,6 @@
 """LIBERO behind the round loop (`coda.engine.libero`): scene records, round-0 splits, generation streams,
-demos across workers, corrective relabelling and CoDA's planner on verified LIBERO factors."""
+demos across workers, corrective relabelling, CoDA's planner on verified LIBERO factors and the staged potentials
+its diagnoses compile to."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from coda.critic.verify import CheckResult, Verdict  # noqa: E402
 from coda.engine.backend import backend_for  # noqa: E402
 from coda.engine.libero import LiberoBackend, LiberoRoundEnv, RelabellingExpert, factor_token, mode_shares  # noqa: E402
 from coda.engine.loop import start_run  # noqa: E402
-from coda.engine.round import ProbeEpisode, phase_compile  # noqa: E402
+from coda.engine.round import ProbeEpisode, phase_compile, replay_states  # noqa: E402
 from coda.engine.strategies import STRATEGIES, candidate_stream  # noqa: E402
 from coda.errors import ConfigError  # noqa: E402
 from coda.policy.data import DemoDataset, corrective_episode  # noqa: E402
@@ -301,3 +302,53 @@ def test_a_stream_skips_tasks_an_edit_does_not_fit() -> None:
     assert len(scenes) == 4 and {s.task_id for s in scenes} == {0}
     only_stove = {**body, "tasks": [["libero_spatial", 7]]}
     assert list(candidate_stream(only_stove)) == []  # ends after MAX_TRIES failures in a row
+
+
+def test_verified_libero_stage_plans_become_mode_potentials_that_shape_new_scenes(tmp_path: Path) -> None:
+    cfg = libero_cfg(tmp_path, "engine.generation_budget=6", "engine.demo_budget=8", "engine.explore_share=0.25",
+                     "policy.text_model=hashing")
+    ctx = start_run(cfg, tmp_path / "run")
+    rng = np.random.default_rng(0)
+    shifted = derive(rng, LiberoScenario("libero_object", 4, init_state=None, seed=1),
+                     [("shift_region", {"object": "target"})])
+    reworded = derive(rng, LiberoScenario("libero_object", 6, init_state=None, seed=2), [("paraphrase", {})])
+    target = str(S.bddl_goal(shifted.bddl_text())[0][1])
+    probes = [ProbeEpisode(i, s, False, np.zeros((0, 5), np.float32)) for i, s in enumerate((shifted, reworded), 1)]
+    pos = SceneFactor(kind="position", entity=target, value="0,0", detail="moved")
+    ins = SceneFactor(kind="instruction", entity=None, value=reworded.instruction(), detail="reworded")
+    plan = "1. reach the ketchup 2. grasp it 3. lift it 4. move above the basket 5. place it in the basket"
+    diag = {1: Diagnosis(failure_mode="missed_grasp", stage_reached="reach", objects=(target,), factors=(pos,),
+                         explanation="closed beside it", stage_plan=plan),
+            2: Diagnosis(failure_mode="no_progress", stage_reached="none", objects=(), factors=(ins,),
+                         explanation="did not move", stage_plan="1. reach the teapot")}
+    passed = CheckResult(name="potential", status="passed", reason="rises")
+    verdicts = {1: _verdict(1, (pos,)).model_copy(update={"checks": (*_verdict(1, (pos,)).checks, passed)}),
+                2: _verdict(2, (ins,))}
+    phase_compile(ctx, 1, STRATEGIES.get("coda"), probes, diag, verdicts)
+    modes = {m.id: m.key for m in ctx.memory.list("failure_mode", run_id=ctx.run_id)}
+    (pot,) = ctx.memory.list("potential", run_id=ctx.run_id)  # a Potential record from the diagnosis, not a fixed one
+    assert modes[pot.failure_mode_id] == "missed_grasp|position:target" and pot.accepted
+    assert [st["kind"] for st in pot.stage_program["stages"]] == ["reach", "grasp", "lift", "carry", "place"]
+    training = {t.body["mode"]: t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=1)
+                if t.key.startswith("train:")}
+    body = training["missed_grasp|position:target"]
+    assert body["potential_plan"] == plan and body["potential_votes"] == 1 and body["potential_episode"] == 1
+    assert [tuple(s["roles"]) for s in body["potential_template"]] == [("target",)] * 3 + [("target", "destination")] * 2
+    unread = training["no_progress|instruction"]
+    assert unread["potential"] is None and "teapot" in unread["potential_reason"]
+    # the template bound on another task's scene; a mode not accepted gets the scene's canonical Φ
+    backend = backend_for(cfg)
+    env = LiberoRoundEnv(cfg.sim)
+    try:
+        milk = LiberoScenario("libero_object", 7, init_state=0)
+        short = {**body, "potential_template": [s for s in body["potential_template"] if s["kind"] != "lift"]}
+        env.reset_to(milk)
+        hold = np.r_[env.state().eef_pos, np.pi / 2, 1.0].astype(np.float32)
+        states = replay_states(env, milk, np.tile(hold, (3, 1)))
+        shaped = backend.phis(env, milk, states, short, {"missed_grasp|position:target"})
+        canonical = backend.phis(env, milk, states, short, set())
+        assert canonical == backend.phis(env, milk, states)
+        assert shaped != canonical and shaped[0] == pytest.approx(canonical[0] * 5 / 4)  # 4 stages instead of 5
+    finally:
+        env.close()
+        backend.close()

@@ -1,0 +1,124 @@
+"""Text2potential in LIBERO rounds: a failure mode's staged potential from its diagnoses' stage plans.
+
+The privileged LIBERO critic writes each diagnosis's stage plan in words ("1. reach the alphabet soup 2. grasp
+the alphabet soup ... 5. place the alphabet soup in the basket"). For a failure mode, `mode_potential` parses
+the plan of every verified diagnosis of the round against its scenario's entities
+(`coda.critic.libero.libero_entities`), rewrites the stages over roles — `target` (the object the BDDL goal
+moves), `destination` (what it goes in / on), any other entity by its name — and keeps the template most
+plans compile to (ties: the earliest diagnosis), as the tabletop's `compile_training_program` does. The
+template travels in the mode's training program; `LiberoBackend.phis` binds it to each generated scene
+(`bind_libero_template`) and evaluates it over LIBERO's predicates, falling back on the goal's canonical stage
+program when the mode's potential was not accepted or does not fit the scene. A mode's potential is accepted
+when the verdict of the diagnosis it came from passed the potential check (the plan compiles on the failed
+scenario and its Φ rises to 1 along expert demos of it, `coda.critic.libero_verify`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from coda.critic.libero import bddl_regions, libero_entities
+from coda.engine.compile import CompileError, RoleStage
+from coda.shaping.program import ProgramError, Stage, StageProgram
+from coda.shaping.text2potential import PlanRejected, StagedPotential, try_parse_plan
+from coda.sim.libero import suites as S
+from coda.sim.libero.errors import LiberoError
+from coda.sim.libero.predicates import LiberoPredicates, goal_pair
+from coda.sim.libero.scenario import LiberoScenario
+
+GOAL_ROLES = ("target", "destination")  # roles of the BDDL goal pair, in its order
+
+
+def _goal_names(scenario: LiberoScenario, names: Sequence[str]) -> dict[str, str]:
+    text = scenario.bddl_text()
+    return dict(zip(GOAL_ROLES, goal_pair(S.bddl_goal(text), bddl_regions(text), names)))
+
+
+def libero_role_template(program: StageProgram, scenario: LiberoScenario) -> tuple[RoleStage, ...]:
+    """A stage program's stages with the goal pair's entities replaced by their roles (`target`,
+    `destination`); other entities keep their names. Raises LiberoError for a goal that is not one in / on."""
+    role_of = {n: r for r, n in _goal_names(scenario, tuple(libero_entities(scenario).kinds)).items()}
+    return tuple(RoleStage(kind=s.kind, roles=tuple(role_of.get(a, a) for a in s.args), value=s.value)
+                 for s in program.stages)
+
+
+def bind_libero_template(template: Sequence[RoleStage], scenario: LiberoScenario, first: Any) -> StagedPotential:
+    """A role template bound to a scenario's entities, as a staged potential over LIBERO's predicates with the
+    table top read from `first` (the episode's initial state).
+
+    Raises:
+        CompileError: an entity of the template is not in the scene, or a stage does not fit its kind.
+        LiberoError: the scenario's goal is not one `in` / `on` predicate.
+    """
+    names = tuple(first.names)
+    goal = _goal_names(scenario, names)
+    kinds = dict(libero_entities(scenario, first).kinds)
+    stages = []
+    for i, st in enumerate(template):
+        args = tuple(goal.get(r, r) for r in st.roles)
+        missing = [a for a in args if a not in kinds]
+        if missing:
+            raise CompileError(f"potential_template[{i}]: '{missing[0]}' is not an entity of {scenario.spec_id}")
+        stages.append(Stage(kind=st.kind, args=args, value=st.value))  # type: ignore[arg-type]
+    try:
+        program = StageProgram(stages=tuple(stages)).check_kinds(kinds)
+    except ProgramError as e:
+        raise CompileError(f"potential_template does not fit scene {scenario.spec_id}: {e}") from None
+    text = scenario.bddl_text()
+    P = LiberoPredicates.for_state(first, goal_pair(S.bddl_goal(text), bddl_regions(text), names))
+    return StagedPotential(program, None, P, kinds=kinds)
+
+
+def mode_phis(program: Mapping[str, Any] | None, accepted: set[str], scenario: LiberoScenario,
+              states: Sequence[Any]) -> list[float] | None:
+    """Φ along `states` under the mode potential of a training program body (None when it has none, it was
+    not accepted, or it does not fit this scene)."""
+    if program is None or not program.get("potential_template") or program.get("mode") not in accepted:
+        return None
+    try:
+        template = [RoleStage.model_validate(s) for s in program["potential_template"]]
+        return [float(x) for x in bind_libero_template(template, scenario, states[0]).phis(states)]
+    except (CompileError, LiberoError):
+        return None
+
+
+def mode_potential(members: Sequence[int], diagnoses: Mapping[int, Any], verdicts: Mapping[int, Any],
+                   scenes: Mapping[int, LiberoScenario]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A failure mode's potential from its verified diagnoses (episode ids `members`, in order): the training
+    program fields (`potential`, `potential_template`, `potential_plan`, `potential_episode`,
+    `potential_votes`, `plans_compiled`, `potential_reason`) and the Potential record to store
+    (`{"stage_program", "accepted", "reason"}`), None when no plan compiles."""
+    votes: dict[tuple[RoleStage, ...], list[int]] = {}
+    compiled: dict[int, StageProgram] = {}
+    rejected: list[str] = []
+    for eid in members:
+        d, spec = diagnoses[eid], scenes[eid]
+        try:
+            prog = try_parse_plan(d.stage_plan, libero_entities(spec))
+            if not isinstance(prog, PlanRejected):
+                votes.setdefault(libero_role_template(prog, spec), []).append(eid)
+                compiled[eid] = prog
+                continue
+            rejected.append(f"episode {eid}: {prog.reason}")
+        except LiberoError as e:
+            rejected.append(f"episode {eid}: {e}")
+    fields: dict[str, Any] = {"potential": None, "potential_template": None, "potential_plan": None,
+                              "potential_episode": None, "potential_votes": 0, "plans_compiled": len(compiled)}
+    if not votes:
+        fields["potential_reason"] = ("no diagnosis given" if not members else
+                                      f"no stage plan compiles ({len(rejected)} rejected; first: {rejected[0]})")
+        return fields, None
+    template, chosen = max(votes.items(), key=lambda kv: (len(kv[1]), -members.index(kv[1][0])))
+    src = chosen[0]
+    check = next((c for c in verdicts[src].checks if c.name == "potential"), None)
+    accepted = check is not None and check.status == "passed"
+    fields.update(potential=compiled[src].model_dump(mode="json"),
+                  potential_template=[s.model_dump(mode="json") for s in template],
+                  potential_plan=diagnoses[src].stage_plan, potential_episode=src, potential_votes=len(chosen),
+                  potential_reason="")
+    reason = None if accepted else (check.reason if check is not None else "the potential check did not run")
+    return fields, {"stage_program": fields["potential"], "accepted": accepted, "reason": reason}
+
+
+__all__ = ["GOAL_ROLES", "bind_libero_template", "libero_role_template", "mode_phis", "mode_potential"]
