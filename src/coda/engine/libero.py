@@ -27,6 +27,9 @@ A run with `sim.backend = "libero"` and `scene.families = [base suites]` (e.g. `
   its goal's canonical stage program.
 - **training** — expert demos in the generated scenes and corrective labels of failed probes, both from
   the scripted expert acting in 5-D targets.
+- **baselines** — `dr` and `dagger` plan as on the tabletop (random scenes of the `libero` kind; dagger also
+  relabels failed probes); `replay` makes one random edit around each failed probe (`plan_libero_replay`);
+  `plr` and `accel` are refused (their level buffer holds tabletop scenes).
 """
 
 from __future__ import annotations
@@ -115,9 +118,9 @@ def libero_stream(body: dict[str, Any]) -> Iterator[LiberoScenario]:
 
     Body fields: `tasks` ([[suite, task_id], ...], default: every task of `families`), `edits`
     ([[operator, args], ...] applied in order; absent: `n_edits` random edits from `EXPLORE_EDITS`),
-    `seed`. Each scene starts from a task's official BDDL with placements sampled from its regions; an
-    edit that does not fit the task skips to the next draw, and `MAX_TRIES` failures in a row end the
-    stream.
+    `seed`. Each scene starts from a task's official BDDL with placements sampled from its regions, or, with
+    `parents` (scenario dicts), from those scenes in turn (`replay`'s edits around failed probes); an edit
+    that does not fit skips to the next draw, and `MAX_TRIES` failures in a row end the stream.
     """
     from coda.sim.libero import suites as S
     from coda.sim.libero.errors import LiberoError
@@ -125,13 +128,17 @@ def libero_stream(body: dict[str, Any]) -> Iterator[LiberoScenario]:
 
     rng = np.random.default_rng(int(body.get("seed", 0)))
     tasks = [(str(s), int(t)) for s, t in body.get("tasks") or
-             [(f, t) for f in body["families"] for t in range(len(S.list_tasks(f)))]]
+             [(f, t) for f in body.get("families", ()) for t in range(len(S.list_tasks(f)))]]
     fixed = [(str(op), dict(args)) for op, args in body["edits"]] if body.get("edits") else None
     n_edits = int(body.get("n_edits", 1))
-    failed = 0
+    parents = [LiberoScenario.from_dict(d) for d in body.get("parents") or []]
+    failed = drawn = 0
     while failed < MAX_TRIES:
-        suite, task = tasks[int(rng.integers(len(tasks)))]
-        base = LiberoScenario(suite, task, init_state=None, seed=int(rng.integers(2**31)))
+        if parents:
+            base, drawn = parents[drawn % len(parents)], drawn + 1
+        else:
+            suite, task = tasks[int(rng.integers(len(tasks)))]
+            base = LiberoScenario(suite, task, init_state=None, seed=int(rng.integers(2**31)))
         ops = fixed or [EXPLORE_EDITS[int(i)] for i in rng.choice(len(EXPLORE_EDITS), size=n_edits, replace=False)]
         try:
             spec = derive(rng, base, [(op, dict(args)) for op, args in ops])
@@ -315,10 +322,12 @@ class LiberoBackend(RoundBackend):
 
         if strategy in ("coda", "coda-sparse"):
             return plan_libero_modes
-        if strategy in ("dr", "sft"):
+        if strategy == "replay":
+            return plan_libero_replay
+        if strategy in ("dr", "dagger", "sft"):  # random scenes (and, for dagger, relabelled failed probes)
             return default
-        raise StrategyError(f"strategy '{strategy}' is not available on the libero backend; use coda, "
-                            "coda-sparse, dr or sft")
+        raise StrategyError(f"strategy '{strategy}' is not available on the libero backend (its level buffer "
+                            "holds tabletop scenes); use coda, coda-sparse, replay, dr, dagger or sft")
 
 
 # ---- CoDA's planner on LIBERO --------------------------------------------------------------------------
@@ -353,6 +362,18 @@ def mode_shares(active: dict[str, list[Any]], budget: int, cfg: Any, rng: np.ran
 def mode_key_of(failure_mode: str, tokens: Iterable[str]) -> str:
     """A LIBERO failure mode's key: the failure mode and its factors' roles, e.g. `missed_grasp|position:swap`."""
     return f"{failure_mode}|{'+'.join(sorted(set(tokens)))}"
+
+
+def plan_libero_replay(ev: Any) -> Any:
+    """`replay` on LIBERO: one random BDDL edit (`EXPLORE_EDITS`) around each failed probe scenario in turn
+    (random scenes if no probe failed), as the tabletop's `plan_replay` mutates failed probe scenes."""
+    from coda.engine.strategies import Plan
+
+    failed = [p.spec.to_dict() for p in ev.probes if not p.success]
+    if not failed:
+        return Plan([("dr", ev.dr_body(ev.budget))])
+    return Plan([("replay", {"kind": "libero", "parents": failed, "n_edits": 1, "seed": ev.seed,
+                             "count": ev.budget})])
 
 
 def plan_libero_modes(ev: Any) -> Any:
@@ -503,4 +524,4 @@ def _embedder(ctx: "RunContext") -> Callable[[str], list[float]]:
 
 
 __all__ = ["EXPLORE_EDITS", "FACTOR_EDITS", "LiberoBackend", "LiberoRoundEnv", "RelabellingExpert", "SPLIT_SUITES",
-           "base_suite", "factor_token", "mode_shares", "libero_stream", "plan_libero_modes"]
+           "base_suite", "factor_token", "mode_shares", "libero_stream", "plan_libero_modes", "plan_libero_replay"]

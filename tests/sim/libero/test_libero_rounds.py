@@ -241,9 +241,35 @@ def test_coda_compiles_verified_libero_factors_into_mode_programs(tmp_path: Path
 
 def test_strategies_without_a_libero_planner_fail_with_the_available_ones(tmp_path: Path) -> None:
     backend = backend_for(libero_cfg(tmp_path))
-    with pytest.raises(Exception, match="coda, coda-sparse, dr or sft"):
-        backend.planner("accel", STRATEGIES.get("accel").plan)
+    for name in ("accel", "plr"):
+        with pytest.raises(Exception, match="use coda, coda-sparse, replay, dr, dagger or sft"):
+            backend.planner(name, STRATEGIES.get(name).plan)
     assert backend.planner("dr", STRATEGIES.get("dr").plan) is STRATEGIES.get("dr").plan
+
+
+def test_replay_edits_failed_libero_probes_and_dagger_relabels_them(tmp_path: Path) -> None:
+    sizes = ("engine.generation_budget=6", "engine.demo_budget=8", "policy.text_model=hashing")
+    rng = np.random.default_rng(0)
+    shifted = derive(rng, LiberoScenario("libero_object", 4, init_state=None, seed=1),
+                     [("shift_region", {"object": "target"})])
+    solved = LiberoScenario("libero_object", 2, init_state=None, seed=5)
+    probes = [ProbeEpisode(1, shifted, False, np.zeros((0, 5), np.float32)),
+              ProbeEpisode(2, solved, True, np.zeros((0, 5), np.float32))]
+    ctx = start_run(libero_cfg(tmp_path, *sizes, "engine.strategy=replay"), tmp_path / "replay")
+    sources, _ = phase_compile(ctx, 1, STRATEGIES.get("replay"), probes, {}, {})
+    ((key, stream, count),) = sources
+    assert key == "replay" and count == 6
+    scenes = [s for s, _ in zip(stream, range(4))]
+    assert all((s.suite, s.task_id) == ("libero_object", 4) for s in scenes)  # edits of the failed probe only
+    assert len({s.spec_id for s in scenes}) == 4 and shifted.spec_id not in {s.spec_id for s in scenes}
+    again = [s.spec_id for s, _ in zip(candidate_stream(ctx.memory.list("generation_program", run_id=ctx.run_id,
+                                                                        round_idx=1)[0].body), range(4))]
+    assert again == [s.spec_id for s in scenes]  # the stored body re-creates the same scenes
+    ctx = start_run(libero_cfg(tmp_path, *sizes, "engine.strategy=dagger"), tmp_path / "dagger")
+    sources, _ = phase_compile(ctx, 1, STRATEGIES.get("dagger"), probes, {}, {})
+    assert [k for k, _, _ in sources] == ["dr"]
+    programs = {t.key: t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=1)}
+    assert programs["corrective_r1"]["episodes"] == [1]  # the failed probe, relabelled by the expert
 
 
 def test_more_unsolved_modes_than_the_floor_allows_share_the_budget_evenly(tmp_path: Path) -> None:
