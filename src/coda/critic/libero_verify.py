@@ -1,7 +1,8 @@
 """Verification of LIBERO diagnoses: a diagnosis is trusted only after checks in the simulator.
 
 `LiberoVerifier.check(diagnosis, episode, policy_success=..., base_scenes=...) -> Verdict` runs three
-checks (the `Verdict`, `CheckResult` and `FactorTrial` records are the tabletop verifier's):
+checks in the order every backend's verifier follows (`coda.critic.verdict.VerifierFlow`; the `Verdict`,
+`CheckResult` and `FactorTrial` records are the tabletop verifier's):
 
 (a) **consistency** — the diagnosis agrees with `libero_trace_facts` over the episode's `LiberoState`
     trace: the episode failed; the claimed stage was reached and is at most `stage_slack` stages short of
@@ -38,7 +39,7 @@ import numpy as np
 
 from coda.critic.base import EpisodeRecord
 from coda.critic.config import CriticConfig
-from coda.critic.diagnosis import CriticResult, Diagnosis, SceneFactor
+from coda.critic.diagnosis import Diagnosis, SceneFactor
 from coda.critic.libero import (
     LiberoTraceFacts,
     libero_plan_potential,
@@ -50,7 +51,8 @@ from coda.critic.libero import (
 )
 from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST
 from coda.critic.trace import MOVED
-from coda.critic.verify import CHECKS, CheckResult, FactorTrial, Verdict, VerifyError
+from coda.critic.verdict import VerifierFlow
+from coda.critic.verify import CHECKS, CheckResult, FactorTrial, VerifyError
 from coda.errors import CodaError
 from coda.shaping.config import ShapingConfig
 from coda.shaping.text2potential import PlanRejected, spearman_with_time
@@ -168,7 +170,7 @@ def _trial_reason(t: FactorTrial) -> str:
     return "; ".join(parts) or "no test ran"
 
 
-class LiberoVerifier:
+class LiberoVerifier(VerifierFlow):
     """Runs checks (a)-(c) on diagnoses of LIBERO episodes (see the module docstring).
 
     Args:
@@ -203,53 +205,39 @@ class LiberoVerifier:
 
     # -- public ---------------------------------------------------------------------------------------
 
-    def check(self, diagnosis: CriticResult, episode: EpisodeRecord, *, policy_success: LiberoPolicySuccess,
-              base_scenes: Sequence[LiberoScenario] = ()) -> Verdict:
-        """Verify one diagnosis of a LIBERO `episode`. Never raises on a wrong diagnosis: the verdict says why.
+    def _facts(self, episode: EpisodeRecord) -> tuple[LiberoTraceFacts | None, str]:
+        """The episode's trace facts, or None and why they cannot be read."""
+        if not isinstance(episode.spec, LiberoScenario):
+            return None, f"the episode's spec is a {type(episode.spec).__name__}, not a LiberoScenario"
+        if not episode.states:
+            return None, "the episode has no state trace"
+        try:
+            return libero_trace_facts(episode.states, episode.spec), ""
+        except LiberoError as e:
+            return None, f"cannot read the trace: {_first_line(e)}"
 
-        Args:
-            diagnosis: the critic's result (a DiagnosisRejected gives a rejected verdict).
-            episode: the episode it diagnoses; `spec` a LiberoScenario, `states` its LiberoState trace.
-            policy_success: runs the current policy on a scenario and says whether it succeeded (check b).
-            base_scenes: candidate base scenes for check b (others than the episode's suite and task are skipped).
-        """
-        if not isinstance(diagnosis, Diagnosis):
-            return Verdict(episode_id=episode.episode_id, critic=diagnosis.critic, failure_mode=None, accepted=False,
-                           checks=(), reasons=(f"the critic's answer was rejected: {diagnosis.reason}",))
-        spec: Any = episode.spec
-        checks: list[CheckResult] = []
-        trials: tuple[FactorTrial, ...] = ()
-        facts: LiberoTraceFacts | None = None
-        facts_error = "the episode has no state trace"
-        if not isinstance(spec, LiberoScenario):
-            facts_error = f"the episode's spec is a {type(spec).__name__}, not a LiberoScenario"
-        elif episode.states:
-            try:
-                facts = libero_trace_facts(episode.states, spec)
-            except LiberoError as e:
-                facts_error = f"cannot read the trace: {_first_line(e)}"
-        if "consistency" in self.require:
-            checks.append(check_libero_consistency(diagnosis, facts, self.cfg.stage_slack) if facts is not None
-                          else CheckResult(name="consistency", status="not_run", reason=facts_error))
-        if "counterfactual" in self.require:
-            if isinstance(spec, LiberoScenario):
-                result, trials = self.check_counterfactual(diagnosis, episode, policy_success, base_scenes)
-            else:
-                result = CheckResult(name="counterfactual", status="not_run", reason=facts_error)
-            checks.append(result)
-        if "potential" in self.require:
-            checks.append(self.check_potential(diagnosis, episode.states, spec) if facts is not None
-                          else CheckResult(name="potential", status="not_run", reason=facts_error))
-        reasons = tuple(f"{c.name}: {c.reason}" for c in checks if c.status != "passed")
-        return Verdict(episode_id=episode.episode_id, critic=diagnosis.critic, failure_mode=diagnosis.failure_mode,
-                       accepted=not reasons, checks=tuple(checks), trials=trials,
-                       verified_factors=tuple(t.factor for t in trials if t.reproduced), reasons=reasons)
+    def consistency_check(self, d: Diagnosis, episode: EpisodeRecord) -> CheckResult:
+        """Check (a) over the episode's `LiberoState` trace (`check_libero_consistency`)."""
+        facts, why = self._facts(episode)
+        if facts is None:
+            return CheckResult(name="consistency", status="not_run", reason=why)
+        return check_libero_consistency(d, facts, self.cfg.stage_slack)
+
+    def potential_check(self, d: Diagnosis, episode: EpisodeRecord) -> CheckResult:
+        """Check (c) on the episode's scenario and trace (`check_potential`)."""
+        facts, why = self._facts(episode)
+        if facts is None:
+            return CheckResult(name="potential", status="not_run", reason=why)
+        return self.check_potential(d, episode.states, episode.spec)  # type: ignore[arg-type]
 
     def check_counterfactual(self, d: Diagnosis, episode: EpisodeRecord, policy_success: LiberoPolicySuccess,
                              base_scenes: Sequence[LiberoScenario] = ()) -> tuple[CheckResult, tuple[FactorTrial, ...]]:
         """Check (b): does undoing each implicated factor fix this scenario, and does applying it alone
         break solved base scenes? (see the module docstring)."""
         spec: LiberoScenario = episode.spec  # type: ignore[assignment]
+        if not isinstance(spec, LiberoScenario):
+            why = f"the episode's spec is a {type(spec).__name__}, not a LiberoScenario"
+            return CheckResult(name="counterfactual", status="not_run", reason=why), ()
         if not d.factors:
             why = "the diagnosis blames no scene factor, so it cannot be verified counterfactually"
             return CheckResult(name="counterfactual", status="failed", reason=why), ()

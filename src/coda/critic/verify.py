@@ -43,7 +43,7 @@ import numpy as np
 from coda.critic.base import EpisodeRecord
 from coda.critic.config import CriticConfig
 from coda.critic.counterfactual import factor_ops, role_of, swapped_pairs, training_region, undo_factor
-from coda.critic.diagnosis import CriticResult, Diagnosis, SceneFactor
+from coda.critic.diagnosis import Diagnosis, SceneFactor
 from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS
 from coda.critic.trace import MOVED, TraceFacts, trace_facts
 from coda.critic.verdict import (
@@ -53,6 +53,7 @@ from coda.critic.verdict import (
     CheckResult,
     FactorTrial,
     Verdict,
+    VerifierFlow,
     VerifyError,
 )
 from coda.errors import CodaError
@@ -211,8 +212,9 @@ def _prefetch(policy_success: PolicySuccess, specs: Sequence[ScenarioSpec]) -> N
         prefetch(list(specs))
 
 
-class Verifier:
-    """Runs checks (a)-(c) on diagnoses (see the module docstring).
+class Verifier(VerifierFlow):
+    """Runs checks (a)-(c) on tabletop diagnoses (see the module docstring) in `VerifierFlow`'s order:
+    `check(diagnosis, episode, policy_success=..., base_scenes=...) -> Verdict`.
 
     Args:
         cfg: critic config (counterfactual_k, counterfactual_margin, counterfactual_tier, stage_slack,
@@ -251,50 +253,15 @@ class Verifier:
 
     # -- public ---------------------------------------------------------------------------------------
 
-    def check(
-        self,
-        diagnosis: CriticResult,
-        episode: EpisodeRecord,
-        *,
-        policy_success: PolicySuccess | None = None,
-        base_scenes: Sequence[ScenarioSpec] = (),
-    ) -> Verdict:
-        """Verify one diagnosis of `episode`. Never raises on a wrong diagnosis: the verdict says why.
+    def consistency_check(self, d: Diagnosis, episode: EpisodeRecord) -> CheckResult:
+        """Check (a) over the episode's state trace (`trace_facts`, `check_consistency`)."""
+        if not episode.states:
+            return CheckResult(name="consistency", status="not_run", reason="the episode has no state trace")
+        return check_consistency(d, trace_facts(episode.states, episode.spec, self.predicates), self.cfg.stage_slack)
 
-        Args:
-            diagnosis: the critic's result (a DiagnosisRejected gives a rejected verdict).
-            episode: the episode it diagnoses (its state trace is needed for check a).
-            policy_success: runs the current policy on a scene and says whether it succeeded (check b).
-            base_scenes: candidate base scenes for check b (same family as the episode; others are skipped).
-        """
-        if not isinstance(diagnosis, Diagnosis):
-            reason = f"the critic's answer was rejected: {diagnosis.reason}"
-            return Verdict(episode_id=episode.episode_id, critic=diagnosis.critic, failure_mode=None, accepted=False,
-                           checks=(), reasons=(reason,))
-        checks: list[CheckResult] = []
-        trials: tuple[FactorTrial, ...] = ()
-        if "consistency" in self.require:
-            if episode.states:
-                facts = trace_facts(episode.states, episode.spec, self.predicates)
-                checks.append(check_consistency(diagnosis, facts, self.cfg.stage_slack))
-            else:
-                checks.append(CheckResult(name="consistency", status="not_run", reason="the episode has no state trace"))
-        if "counterfactual" in self.require:
-            result, trials = self.check_counterfactual(diagnosis, episode, policy_success, base_scenes)
-            checks.append(result)
-        if "potential" in self.require:
-            checks.append(self.check_potential(diagnosis, episode.spec))
-        reasons = tuple(f"{c.name}: {c.reason}" for c in checks if c.status != "passed")
-        return Verdict(
-            episode_id=episode.episode_id,
-            critic=diagnosis.critic,
-            failure_mode=diagnosis.failure_mode,
-            accepted=not reasons,
-            checks=tuple(checks),
-            trials=trials,
-            verified_factors=tuple(t.factor for t in trials if t.reproduced),
-            reasons=reasons,
-        )
+    def potential_check(self, d: Diagnosis, episode: EpisodeRecord) -> CheckResult:
+        """Check (c) on the episode's scene (`check_potential`)."""
+        return self.check_potential(d, episode.spec)
 
     def check_counterfactual(
         self,
