@@ -21,7 +21,8 @@ closed-loop strategies and round 0 for `sft`) and, for `coda` and `coda-sparse`,
 probes, diagnoses, how many verified, and the share of the generation budget that went to failure-mode
 programs.
 
-Writes `bench/results/headline.json` (`--fast`: `headline_fast.json`) and a markdown table next to it:
+Writes `bench/results/headline.json` (`--fast`: `headline_fast.json`), a markdown table and a figure
+(`bench/headline_plot.py`) next to it:
 
     {"strategies": {name: {"ood_success", "ci95", "id_success", "per_family": {family: {split: rate}},
                            "ood_per_seed": [...], "n_ood": int, "n_id": int,
@@ -420,6 +421,9 @@ def main() -> None:
         f" {a}" for a in sys.argv[1:] if a not in ("--fast", "--report"))
     md = markdown(result, cmd.replace(" --fast --fast", " --fast"))
     out.with_suffix(".md").write_text(md)
+    from headline_plot import draw  # this folder's figure of the same result
+
+    draw(result, out.with_suffix(".png"))
 
     table = Table(title="headline: success after the last round")
     for col in ("strategy", "OOD", "95% CI", "in-dist", "OOD per seed"):
