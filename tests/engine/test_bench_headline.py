@@ -1,5 +1,5 @@
 """bench/headline.py's bookkeeping: the sizes it reports are the ones the runs used, and its table shows each
-strategy's paired difference to coda."""
+strategy's paired difference to coda; its figure pools each split over the families."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from types import ModuleType
 import pytest
 
 from bench_module import load_bench
+from coda.policy.stats import wilson_interval
 
 SPLITS = ("sft", "position", "instruction", "task", "object", "distractor", "physics")
 
@@ -54,3 +55,16 @@ def test_table_has_each_familys_splits(headline) -> None:
     assert "| dr | " + " | ".join(["0.25"] * len(SPLITS)) + " |" in drawer
     assert "| coda | " + " | ".join(["nan"] * len(SPLITS)) + " |" in drawer  # coda has no drawer runs
     assert "| coda | " + " | ".join(["0.50"] * len(SPLITS)) + " |" in md.split("**push**")[1]
+
+
+def test_the_figure_pools_each_split_over_families_with_its_interval(tmp_path, headline) -> None:
+    plot = load_bench("headline_plot")
+    coda, dr = _strategy(0.5), _strategy(0.4, {"diff": -0.1, "ci95": [-0.2, -0.02], "p": 0.012, "n": 180})
+    coda["per_family"] = {"push": {sp: 1.0 for sp in SPLITS}, "drawer": {sp: 0.5 for sp in SPLITS}}
+    rates = plot.split_rates(coda, n_split=120)
+    assert rates["task"][0] == 0.75 and rates["task"][1:] == wilson_interval(90, 120)
+    result = {"strategies": {"coda": coda, "dr": dr}, "seeds": 1, **headline.sizes(headline.SIZES)}
+    plot.draw(result, tmp_path / "h.png")
+    from PIL import Image
+
+    assert Image.open(tmp_path / "h.png").size == (1650, 528)
