@@ -32,9 +32,9 @@ def split_rates(st: dict[str, Any], n_split: int) -> dict[str, tuple[float, floa
     out = {}
     for split in SPLITS:
         rates = [fam[split] for fam in st["per_family"].values() if split in fam]
-        p = sum(rates) / len(rates)
-        lo, hi = wilson_interval(round(p * n_split), n_split)
-        out[split] = (p, lo, hi)
+        k = round(n_split * sum(rates) / len(rates))  # successes: every family plays the same scenes per split
+        lo, hi = wilson_interval(k, n_split)
+        out[split] = (k / n_split, min(lo, k / n_split), max(hi, k / n_split))
     return out
 
 
