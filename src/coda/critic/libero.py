@@ -114,6 +114,14 @@ def libero_entities(scenario: LiberoScenario, first: LiberoState | None = None) 
     return NamedEntities(kinds=libero_kinds(goal, regions, names), words=words)
 
 
+def libero_predicates(first: LiberoState, scenario: LiberoScenario) -> LiberoPredicates:
+    """LIBERO's stage predicates for episodes of `scenario`: the table top read from `first` (an episode's
+    initial state), `in` / `on` of the BDDL goal pair its own `check_success()`. Raises LiberoError for a goal
+    that is not one `in` / `on`."""
+    text = scenario.bddl_text()
+    return LiberoPredicates.for_state(first, goal_pair(S.bddl_goal(text), bddl_regions(text), first.names))
+
+
 def libero_plan_potential(plan: str, first: LiberoState, scenario: LiberoScenario) -> StagedPotential:
     """Text2potential on LIBERO: a stage plan in words ("1. reach the alphabet soup 2. grasp it ...") parsed
     against the scenario's entities (`libero_entities`) into a stage program whose predicates are LIBERO's
@@ -125,12 +133,8 @@ def libero_plan_potential(plan: str, first: LiberoState, scenario: LiberoScenari
         ProgramError: a stage over an entity of the wrong kind.
         LiberoError: the goal is not one `in` / `on` predicate.
     """
-    text = scenario.bddl_text()
-    goal, regions = S.bddl_goal(text), bddl_regions(text)
     scene = libero_entities(scenario, first)
-    program = parse_plan(plan, scene)
-    P = LiberoPredicates.for_state(first, goal_pair(goal, regions, first.names))
-    return StagedPotential(program, None, P, kinds=dict(scene.kinds))
+    return StagedPotential(parse_plan(plan, scene), None, libero_predicates(first, scenario), kinds=dict(scene.kinds))
 
 
 def try_libero_plan(plan: str, first: LiberoState, scenario: LiberoScenario) -> StagedPotential | PlanRejected:
@@ -148,8 +152,7 @@ def libero_potential(first: LiberoState, scenario: LiberoScenario) -> StagedPote
     `first` (an episode's initial state). Raises LiberoError for a goal that is not one `in` / `on`."""
     text = scenario.bddl_text()
     goal, regions = S.bddl_goal(text), bddl_regions(text)
-    P = LiberoPredicates.for_state(first, goal_pair(goal, regions, first.names))
-    return StagedPotential(libero_stage_program(goal, regions, first.names), None, P,
+    return StagedPotential(libero_stage_program(goal, regions, first.names), None, libero_predicates(first, scenario),
                            kinds=libero_kinds(goal, regions, first.names))
 
 
@@ -480,6 +483,7 @@ __all__ = [
     "libero_entities",
     "libero_plan_potential",
     "libero_potential",
+    "libero_predicates",
     "libero_trace_facts",
     "try_libero_plan",
     "relevant_factors",

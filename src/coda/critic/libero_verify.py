@@ -42,7 +42,8 @@ from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import Diagnosis, SceneFactor
 from coda.critic.libero import (
     LiberoTraceFacts,
-    libero_plan_potential,
+    libero_entities,
+    libero_predicates,
     libero_trace_facts,
     swap_partner,
     transplant_factor,
@@ -55,7 +56,7 @@ from coda.critic.verdict import VerifierFlow
 from coda.critic.verify import CHECKS, CheckResult, FactorTrial, VerifyError
 from coda.errors import CodaError
 from coda.shaping.config import ShapingConfig
-from coda.shaping.text2potential import PlanRejected, spearman_with_time
+from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.scenario import LiberoScenario
 
@@ -202,11 +203,18 @@ class LiberoVerifier(VerifierFlow):
         self._demos: dict[str, list[list[Any]]] = {}
         self.episodes_run = 0  # policy episodes actually run (memo misses), over the verifier's life
         self._consulted: set[str] = set()  # scenes whose outcome the current counterfactual check read
+        self._facts_of: tuple[EpisodeRecord, tuple[LiberoTraceFacts | None, str]] | None = None  # the last read
 
     # -- public ---------------------------------------------------------------------------------------
 
     def _facts(self, episode: EpisodeRecord) -> tuple[LiberoTraceFacts | None, str]:
-        """The episode's trace facts, or None and why they cannot be read."""
+        """The episode's trace facts, or None and why they cannot be read (read once for checks a and c)."""
+        if self._facts_of is not None and self._facts_of[0] is episode:
+            return self._facts_of[1]
+        self._facts_of = (episode, self._read_facts(episode))
+        return self._facts_of[1]
+
+    def _read_facts(self, episode: EpisodeRecord) -> tuple[LiberoTraceFacts | None, str]:
         if not isinstance(episode.spec, LiberoScenario):
             return None, f"the episode's spec is a {type(episode.spec).__name__}, not a LiberoScenario"
         if not episode.states:
@@ -286,7 +294,9 @@ class LiberoVerifier(VerifierFlow):
         if not demos:
             return CheckResult(name="potential", status="not_run",
                                reason="the scripted expert solves no demo of this scenario", details=details)
-        phis = [libero_plan_potential(d.stage_plan, demo[0], spec).phis(demo) for demo in demos]
+        kinds = dict(libero_entities(spec).kinds)  # the plan is parsed once; each demo gives its table top
+        phis = [StagedPotential(pot.program, None, libero_predicates(demo[0], spec), kinds=kinds).phis(demo)
+                for demo in demos]
         corr = [spearman_with_time(p) for p in phis]
         final = [float(p[-1]) for p in phis]
         threshold = self.shaping.min_rank_corr

@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coda.critic.libero import bddl_regions, libero_entities
+from coda.critic.libero import bddl_regions, libero_entities, libero_predicates
 from coda.engine.compile import CompileError, RoleStage
 from coda.shaping.program import ProgramError, Stage, StageProgram
 from coda.shaping.text2potential import PlanRejected, StagedPotential, try_parse_plan
 from coda.sim.libero import suites as S
 from coda.sim.libero.errors import LiberoError
-from coda.sim.libero.predicates import LiberoPredicates, goal_pair
+from coda.sim.libero.predicates import goal_pair
 from coda.sim.libero.scenario import LiberoScenario
 
 GOAL_ROLES = ("target", "destination")  # roles of the BDDL goal pair, in its order
@@ -65,9 +65,7 @@ def bind_libero_template(template: Sequence[RoleStage], scenario: LiberoScenario
         program = StageProgram(stages=tuple(stages)).check_kinds(kinds)
     except ProgramError as e:
         raise CompileError(f"potential_template does not fit scene {scenario.spec_id}: {e}") from None
-    text = scenario.bddl_text()
-    P = LiberoPredicates.for_state(first, goal_pair(S.bddl_goal(text), bddl_regions(text), names))
-    return StagedPotential(program, None, P, kinds=kinds)
+    return StagedPotential(program, None, libero_predicates(first, scenario), kinds=kinds)
 
 
 def mode_phis(program: Mapping[str, Any] | None, accepted: set[str], scenario: LiberoScenario,
