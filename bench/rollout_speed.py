@@ -7,9 +7,10 @@
   are per second of this process's CPU time, with the scenes' words already embedded (once per scene and
   process, recorded apart as `embed_words_cpu_s_per_scene`). Every batch size must give the same episodes as batch 1
   (actions compared bit for bit): `identical_episodes`.
-- two workers: the scenes twice over (so each worker's share still fills whole batches) at the chosen
-  batch in one worker process and split over two, both with
-  their policy, envs and the scenes' words loaded before the clock starts (wall time; the workers' CPU seconds beside it).
+- two workers: the scenes twice over at the chosen batch in one process and on two worker processes that take
+  scenes from one shared queue as their envs free (`executor.map_queue`, what `evaluate_checkpoint` runs), all
+  with their policy, envs and the scenes' words loaded before the clock starts (wall time from the first
+  job's start to the last one's end; each worker's CPU seconds and scenes beside it).
 - end to end: `evaluate_checkpoint` (process start, policy load and rollouts) with one and two workers, and
   with two workers on the local pool vs on Ray actors (`ray_vs_local`: Ray's wall time / the pool's).
 
@@ -112,11 +113,6 @@ def _embed(specs: list[ScenarioSpec]) -> float:
     return _rollouts(specs, max(BATCHES), max_steps=1)[1]
 
 
-def _timed(args: tuple[list[ScenarioSpec], int]) -> tuple[int, float, float]:
-    rollouts, cpu, wall = _rollouts(*args)
-    return sum(r.length for r in rollouts), cpu, wall
-
-
 def _replay(specs: list[ScenarioSpec], actions: list[np.ndarray]) -> float:
     """CPU seconds to replay `actions` through the env in `specs`."""
     env = _W["envs"][0]
@@ -128,28 +124,51 @@ def _replay(specs: list[ScenarioSpec], actions: list[np.ndarray]) -> float:
     return time.process_time() - c0
 
 
-def _warm(_: int) -> int:
-    _embed(_W["warm"])
-    return os.getpid()
-
-
-def _init(ckpt: str, batch: int, warm: list[ScenarioSpec]) -> None:
+def _init(ckpt: str, batch: int, warm: list[ScenarioSpec], barrier: Any = None) -> None:
+    """A worker: policy and envs loaded, the scenes' words embedded, then (with several workers) wait for
+    all of them, so the clock of the first job is every worker's start."""
     _load(ckpt, batch)
-    _W["warm"] = warm
+    _embed(warm)
+    if barrier is not None:
+        barrier.wait()
+
+
+def _stream_timed(scenes: Any, batch: int) -> list[tuple[int, tuple[int, int, float, float, float]]]:
+    """One job of the shared queue in this worker: (index, (length, pid, start, end, CPU s of the job))."""
+    import torch
+
+    from coda.engine.rollout import stream_rollouts
+
+    envs = _W["envs"]
+    t0, c0 = time.monotonic(), time.process_time()  # CLOCK_MONOTONIC: one clock for all processes
+    with torch.no_grad():
+        done = list(stream_rollouts(envs.__getitem__, batch, _W["policy"], scenes, record_states=False))
+    t1, cpu = time.monotonic(), time.process_time() - c0
+    return [(i, (r.length, os.getpid(), t0, t1, cpu)) for i, r in done]
 
 
 def two_workers(ckpt: str, specs: list[ScenarioSpec], batch: int) -> dict[str, Any]:
-    """Wall time of `specs` at `batch` in one worker and split over two, policies and envs loaded first."""
-    ctx = mp.get_context("forkserver")
+    """Wall time of `specs` at `batch` in one worker and on two taking scenes from one shared queue (the
+    executors' `map_queue`, as `evaluate_checkpoint` runs), policies, envs and words loaded first: from the
+    first job's start to the last one's end."""
+    import functools
+
+    from coda.engine.rollout import queue_quota
+    from coda.runtime.executor import LocalExecutor
+
     out: dict[str, Any] = {}
     for n in (1, 2):
-        with ctx.Pool(n, initializer=_init, initargs=(ckpt, batch, specs)) as pool:
-            pool.map(_warm, range(n), chunksize=1)  # every worker loaded and warm before the clock starts
-            w0 = time.perf_counter()
-            half = -(-len(specs) // n)  # contiguous shares: each holds every family (the scenes interleave them)
-            parts = pool.map(_timed, [(specs[i * half:(i + 1) * half], batch) for i in range(n)], chunksize=1)
-            out[f"workers_{n}"] = {"wall_s": time.perf_counter() - w0, "steps": sum(p[0] for p in parts),
-                                   "cpu_s": [p[1] for p in parts]}
+        barrier = mp.get_context("forkserver").Barrier(n) if n > 1 else None
+        got = list(LocalExecutor(n).map_queue(functools.partial(_stream_timed, batch=batch), specs,
+                                              quota=queue_quota(batch), init=_init,
+                                              initargs=(ckpt, batch, specs, barrier)))
+        jobs = {(pid, t0): (t1, cpu) for _, (_, pid, t0, t1, cpu) in got}
+        cpu_by_pid: dict[int, float] = {}
+        for (pid, _), (_, cpu) in jobs.items():
+            cpu_by_pid[pid] = cpu_by_pid.get(pid, 0.0) + cpu
+        out[f"workers_{n}"] = {"wall_s": max(t1 for t1, _ in jobs.values()) - min(t0 for _, t0 in jobs),
+                               "steps": sum(x[0] for _, x in got), "cpu_s": sorted(cpu_by_pid.values()),
+                               "scenes": sorted(sum(1 for _, x in got if x[1] == pid) for pid in cpu_by_pid)}
     out["speedup"] = out["workers_1"]["wall_s"] / out["workers_2"]["wall_s"]
     return out
 
@@ -229,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     env_steps = 2 * len(BATCHES) * total / replay_cpu
     console.print(f"bare env: {env_steps:7.0f} steps per CPU second")
     console.print(f"two workers at batch {args.batch} ...")
-    par = two_workers(str(ckpt), specs * 2, args.batch)  # twice over: each worker's share fills whole batches
+    par = two_workers(str(ckpt), specs * 2, args.batch)  # twice over: each worker fills whole batches for longer
     e2e = end_to_end(ckpt, specs, args.batch)
     console.print("Ray vs the local pool ...")
     on_ray = ray_vs_local(ckpt, specs, args.batch)

@@ -1,6 +1,6 @@
 """The Ray executor (`runtime.executor = "ray"`, `coda.runtime.executor.RayExecutor`) on a local Ray started
 by the test (loopback, no dashboard): jobs come back in order, a checkpoint travels by content, a worker
-killed mid-map is replaced and its job retried, and a `tiny` round run on two Ray actors (rollouts, validity
+killed mid-map is replaced and its job retried (on the shared queue, the items it had taken run again), and a `tiny` round run on two Ray actors (rollouts, validity
 checks, demos and verification episodes) ends with the same memory as the same round in one local process."""
 
 from __future__ import annotations
@@ -68,6 +68,25 @@ def test_a_killed_worker_is_replaced_and_its_job_retried(executor, tmp_path: Pat
     assert out == [x + 100 for x in range(6)]
 
 
+def _die_on_3(taken):  # type: ignore[no-untyped-def]
+    """A queue job that SIGKILLs its worker the first time it takes item 3 (a marker file says it did)."""
+    out = []
+    for i, (x, marker) in taken:
+        if x == 3 and not Path(marker).exists():
+            Path(marker).write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)
+        out.append((i, (x + 100, os.getpid())))
+    return out
+
+
+def test_the_shared_queue_runs_every_item_once_also_past_a_killed_worker(executor, tmp_path: Path) -> None:
+    marker = tmp_path / "killed"
+    got = list(executor.map_queue(_die_on_3, [(x, str(marker)) for x in range(20)], quota=4))
+    assert marker.read_text() == "killed"  # the worker that took item 3 did die
+    assert sorted((i, v) for i, (v, _) in got) == [(x, x + 100) for x in range(20)]  # lost items ran again
+    assert len({pid for _, (_, pid) in got}) >= 2
+
+
 def test_a_tiny_round_on_ray_matches_the_local_executor(executor, tmp_path: Path) -> None:
     from coda.engine.loop import run, start_run
 
@@ -85,22 +104,25 @@ def test_a_tiny_round_on_ray_matches_the_local_executor(executor, tmp_path: Path
 
 
 def _dying_in_measure(eval_ids: frozenset[str], marker_dir: str):  # type: ignore[no-untyped-def]
-    """`_run_group` that SIGKILLs its Ray worker on each of its first four groups with an evaluation scene
+    """`_run_stream` that SIGKILLs its Ray worker on each of its first four jobs that take an evaluation scene
     (the measure phase): the job's retry dies too, so the map fails."""
 
-    def group(args):  # type: ignore[no-untyped-def]
+    def stream(scenes, **kw):  # type: ignore[no-untyped-def]
+        import itertools
+
         from coda.engine import rollout  # in the worker: its own module, unpatched, set up by _init_worker
 
-        if any(s.spec_id in eval_ids for s in args[0]):
+        first = next(scenes, None)
+        if first is not None and first[1].spec_id in eval_ids:
             for i in range(4):
                 try:
                     os.close(os.open(Path(marker_dir) / f"kill{i}", os.O_CREAT | os.O_EXCL))
                 except FileExistsError:
                     continue
                 os.kill(os.getpid(), signal.SIGKILL)
-        return rollout._run_group(args)
+        return rollout._run_stream(itertools.chain([first] if first else [], scenes), **kw)
 
-    return group
+    return stream
 
 
 def test_a_round_whose_ray_worker_dies_fails_cleanly_and_resumes(executor, tmp_path: Path, monkeypatch) -> None:
@@ -115,7 +137,7 @@ def test_a_round_whose_ray_worker_dies_fails_cleanly_and_resumes(executor, tmp_p
     markers = tmp_path / "markers"
     markers.mkdir()
     path = tmp_path / "killed"
-    monkeypatch.setattr(rollout, "_run_group", _dying_in_measure(eval_ids, str(markers)))
+    monkeypatch.setattr(rollout, "_run_stream", _dying_in_measure(eval_ids, str(markers)))
     with pytest.raises(ExecutorError, match="a Ray worker died"):
         with start_run(E.config("coda", extra=("runtime.executor=ray",)), path, from_round0=E.round0()) as ctx:
             run(ctx, report=False)

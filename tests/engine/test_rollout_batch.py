@@ -12,7 +12,7 @@ import torch
 
 from coda.config import build_config
 from coda.engine.backend import RoundBackend
-from coda.engine.rollout import evaluate_checkpoint, rollout_batch, rollout_groups, rollout_policy
+from coda.engine.rollout import evaluate_checkpoint, rollout_batch, rollout_policy
 from coda.policy.checkpoint import load_policy
 from coda.policy.policy import INFERENCE_ROWS
 from coda.policy.train import train_sft
@@ -136,14 +136,6 @@ def test_a_policy_that_cannot_batch_runs_one_episode_at_a_time(trained) -> None:
         for e in envs:
             e.close()
     assert [r.length for r in got] == [cfg.sim.max_steps] * 2 and not any(r.success for r in got)
-
-
-def test_rollout_groups_cover_the_jobs_in_order() -> None:
-    assert rollout_groups(0, 2, 8) == []
-    assert rollout_groups(5, 2, 8) == [range(0, 3), range(3, 5)]  # no fewer groups than workers
-    groups = rollout_groups(100, 2, 8)
-    assert [i for g in groups for i in g] == list(range(100))
-    assert max(len(g) for g in groups) == 32  # up to four batches per group
 
 
 class _Replay:

@@ -8,14 +8,16 @@ boundaries.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from coda.scene.spec import ScenarioSpec
 from coda.sim.config import SimConfig
@@ -157,48 +159,89 @@ def rollout_batch(
         on_done: called with (index into `specs`, rollout) as each episode ends.
     """
     out: list[Rollout | None] = [None] * len(specs)
-
-    def finish(i: int, r: Rollout) -> None:
+    order = batch_order(specs)
+    for i, r in stream_rollouts(envs.__getitem__, len(envs), policy, ((i, specs[i]) for i in order), max_steps=max_steps,
+                                keyframes=keyframes, render_size=render_size, record_states=record_states):
         out[i] = r
         if on_done:
             on_done(i, r)
+    return out  # type: ignore[return-value]
 
-    if not batches_rollouts(policy) or len(envs) == 1:
-        for i, spec in enumerate(specs):
-            finish(i, rollout_policy(envs[0], policy, spec, max_steps=max_steps, keyframes=keyframes,
-                                     render_size=render_size, record_states=record_states))
-        return out  # type: ignore[return-value]
-    queue = iter(enumerate(specs))
-    slots: list[tuple[int, _Episode, Any] | None] = [None] * len(envs)
+
+def batch_order(specs: Sequence[ScenarioSpec]) -> list[int]:
+    """The order to run `specs` in: alike scenes (family, then entity count) next to each other. The policy
+    runs a batch in blocks of one padded shape each (`CodaPolicy._blocks`), so a batch of alike scenes is one
+    block where an interleaved one is several; no episode depends on the order."""
+    def alike(spec: Any) -> tuple[str, int]:  # any backend's scenario: what it has of these
+        parts = ("objects", "containers", "drawers", "regions")
+        return str(getattr(spec, "family", "")), sum(len(getattr(spec, f, ()) or ()) for f in parts)
+
+    return sorted(range(len(specs)), key=lambda i: alike(specs[i]))
+
+
+def stream_rollouts(
+    env_at: Callable[[int], Any],
+    slots: int,
+    policy: Any,
+    scenes: Iterable[tuple[Any, ScenarioSpec]],
+    *,
+    max_steps: int | None = None,
+    keyframes: int = 0,
+    render_size: int = 128,
+    record_states: bool = True,
+) -> Iterator[tuple[Any, Rollout]]:
+    """(key, rollout) for each (key, scene) of `scenes`, as the episodes end: `slots` episodes in lockstep,
+    each slot's env `env_at(slot)` (asked for only when the slot first gets a scene), a scene taken from
+    `scenes` whenever a slot frees (so `scenes` may be a shared queue other workers take from too).
+
+    At every step the episodes whose action schedule needs a chunk are predicted together
+    (`policy.chunks_for`, one forward pass per chunk boundary), each with its own sampling stream seeded by
+    `episode_seed(spec)`. A policy's rows do not depend on the batch they are computed in, so every episode
+    is the one `rollout_policy` gives in the same scene. A policy that cannot batch (`batches_rollouts`), or
+    one slot, runs the episodes one after another in `env_at(0)`.
+    """
+    opts = dict(max_steps=max_steps, keyframes=keyframes, render_size=render_size, record_states=record_states)
+    if not batches_rollouts(policy) or slots <= 1:
+        for key, spec in scenes:
+            yield key, rollout_policy(env_at(0), policy, spec, **opts)  # type: ignore[arg-type]
+        return
+    queue = iter(scenes)
+    live: list[tuple[Any, _Episode, Any] | None] = [None] * slots
+    ended: list[tuple[Any, Rollout]] = []
 
     def fill(k: int) -> None:
-        slots[k] = None
-        for i, spec in queue:
-            ep = _Episode(envs[k], spec, max_steps, keyframes, render_size, record_states)
+        live[k] = None
+        for key, spec in queue:
+            ep = _Episode(env_at(k), spec, max_steps, keyframes, render_size, record_states)
             if ep.done:  # solved at reset
-                finish(i, ep.result())
+                ended.append((key, ep.result()))
                 continue
-            slots[k] = (i, ep, policy.episode_actions(episode_seed(spec)))
+            live[k] = (key, ep, policy.episode_actions(episode_seed(spec)))
             return
 
-    for k in range(len(envs)):
+    for k in range(slots):
         fill(k)
-    while any(slots):
-        live = [s for s in slots if s is not None]
-        need = [s for s in live if s[2].needs_chunk()]
+        if live[k] is None:  # the queue is empty
+            break
+    yield from ended
+    ended.clear()
+    while any(live):
+        need = [s for s in live if s is not None and s[2].needs_chunk()]
         if need:
-            chunks = policy.chunks_for([s[1].obs for s in need], [s[2] for s in need])
+            with torch.inference_mode():  # no autograd bookkeeping at all (a tenth of a policy call)
+                chunks = policy.chunks_for([s[1].obs for s in need], [s[2] for s in need])
             for s, chunk in zip(need, chunks):
                 s[2].push(chunk)
-        for k, s in enumerate(slots):
+        for k, s in enumerate(live):
             if s is None:
                 continue
-            i, ep, actions = s
+            key, ep, actions = s
             ep.step(actions.pop())
             if ep.done:
-                finish(i, ep.result())
+                ended.append((key, ep.result()))
                 fill(k)
-    return out  # type: ignore[return-value]
+        yield from ended
+        ended.clear()
 
 
 def reset_for_episode(policy: Any, spec: Any) -> None:
@@ -221,8 +264,6 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(checkpoint: Any, sim_cfg: dict[str, Any], overrides: dict[str, Any] | None) -> None:
-    import torch
-
     # Two processes on two cores: each keeps to one thread so they do not fight.
     torch.set_num_threads(1)
     from coda.policy.checkpoint import load_policy
@@ -240,27 +281,28 @@ def _close_worker() -> None:
     _WORKER.clear()
 
 
-def _run_group(args: tuple[list[ScenarioSpec], int, int, bool, int]) -> list[Rollout]:
-    specs, keyframes, size, record_states, batch = args
-    import torch
-
+def _run_stream(scenes: Iterator[tuple[int, ScenarioSpec]], keyframes: int, size: int, record_states: bool,
+                batch: int) -> list[tuple[int, Rollout]]:
+    """One job of the shared queue: `batch` episodes in lockstep in this worker's envs (kept for its later
+    jobs), taking scenes as envs free."""
     from coda.engine.backend import round_env
 
-    envs, n = _WORKER["envs"], min(batch, len(specs))  # a group is never empty
-    while len(envs) < n:
-        envs.append(round_env(_WORKER["sim"]))
+    envs = _WORKER["envs"]
+
+    def env_at(k: int) -> Any:
+        while len(envs) <= k:
+            envs.append(round_env(_WORKER["sim"]))
+        return envs[k]
+
     with torch.no_grad():
-        return rollout_batch(envs[:n], _WORKER["policy"], specs, keyframes=keyframes, render_size=size,
-                             record_states=record_states)
+        return list(stream_rollouts(env_at, batch, _WORKER["policy"], scenes, keyframes=keyframes,
+                                    render_size=size, record_states=record_states))
 
 
-def rollout_groups(n: int, workers: int, batch: int) -> list[range]:
-    """Consecutive groups of job indices, one worker's task each: up to 4 batches of episodes (streamed
-    through `batch` envs), and no fewer groups than workers while there are jobs to share."""
-    if n == 0:
-        return []
-    size = max(1, min(4 * batch, -(-n // max(1, workers))))
-    return [range(lo, min(lo + size, n)) for lo in range(0, n, size)]
+def queue_quota(batch: int) -> int:
+    """Scenes one job of the shared queue takes at most (4 batches): results come back, and progress shows,
+    at least that often per worker, and a job's last episodes run in a shrinking batch once per quota."""
+    return 4 * max(1, batch)
 
 
 def evaluate_checkpoint(
@@ -288,7 +330,7 @@ def evaluate_checkpoint(
         keyframes: front-camera frames kept per failed episode (successes are not rendered).
         record_states: keep privileged state traces (needed by the critic and verifier).
         overrides: inference-time policy config overrides (e.g. value_guided_samples).
-        on_done: called with (index, rollout) as each group of episodes finishes, for progress bars.
+        on_done: called with (index, rollout) as each job's episodes come back, for progress bars.
         executor: where the worker processes run (`coda.runtime.executor`; default local, `workers` of them).
     Returns:
         One Rollout per spec.
@@ -305,13 +347,15 @@ def evaluate_checkpoint(
         from coda.runtime.executor import LocalExecutor
 
         executor = LocalExecutor(workers)
-    groups = rollout_groups(len(specs), executor.workers, batch)
-    jobs = [([specs[i] for i in g], keyframes, sim_cfg.render_size, record_states, batch) for g in groups]
-    results = executor.map(_run_group, jobs, init=_init_worker, close=_close_worker,
-                           initargs=(executor.ship(checkpoint), sim_cfg.model_dump(), overrides))
-    for g, rollouts in zip(groups, results):
-        for i, r in zip(g, rollouts):
-            out[i] = r
-            if on_done:
-                on_done(i, r)
+    # One shared queue of scenes: a worker whose episodes end early takes more, so none idles at the end.
+    fn = functools.partial(_run_stream, keyframes=keyframes, size=sim_cfg.render_size, record_states=record_states,
+                           batch=batch)
+    order = batch_order(specs)
+    for j, r in executor.map_queue(fn, [specs[i] for i in order], quota=queue_quota(batch), init=_init_worker,
+                                   close=_close_worker,
+                                   initargs=(executor.ship(checkpoint), sim_cfg.model_dump(), overrides)):
+        i = order[j]
+        out[i] = r
+        if on_done:
+            on_done(i, r)
     return out  # type: ignore[return-value]

@@ -290,12 +290,13 @@ class ChunkPolicy(nn.Module):
         out: list[Tensor | None] = [None] * b
         for key in sorted({tuple(r) for r in sizes.tolist()}):
             rows = torch.nonzero((sizes == torch.tensor(key)).all(dim=1)).flatten()
-            group = resize_batch(ob.index(rows), *key)
+            group = resize_batch(ob if rows.shape[0] == b else ob.index(rows), *key)  # all rows: in order
             for lo in range(0, rows.shape[0], k):
                 idx = torch.arange(lo, min(lo + k, rows.shape[0]))
                 real = idx.shape[0]
                 idx = torch.cat([idx, idx[:1].expand(k - real)])
-                res = fn(group.index(idx), *(None if e is None else e[rows[idx]] for e in extra))[:real]
+                block = group if real == k == rows.shape[0] else group.index(idx)  # a whole group of k: itself
+                res = fn(block, *(None if e is None else e[rows[idx]] for e in extra))[:real]
                 for r, row in zip(rows[lo:lo + real].tolist(), res):
                     out[r] = row
         return torch.stack(out)  # type: ignore[arg-type]

@@ -5,6 +5,11 @@ initializer (load a policy, make envs) and keep that state for the whole map; re
 driver in the order of the jobs, so whatever the driver writes (the memory, files) is written by one
 process in one order, as with the local pool. Functions and jobs cross process boundaries by pickling.
 
+`executor.map_queue(fn, items, quota=...)` hands work items out one at a time from a shared queue to whichever
+worker asks next (a counter in shared memory, or a counter actor on Ray): each job runs `fn(taken)` over the
+items it takes, up to `quota` of them, so workers that finish early take more and none idles while another
+works through a fixed share. Items a dead job took and never returned are run again.
+
 `executor.pool(init, initargs, close)` gives a pool (`LocalPool`, `RayPool`): workers set up once and kept for every `map`
 until the pool is closed (a backend's envs, a loaded policy), so many small maps (a round's validity
 checks, demos, verification episodes) pay for the set-up once. `executor.map(...)` is a pool used once.
@@ -17,6 +22,7 @@ Files a worker needs (a policy checkpoint) are shipped by content through the ob
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing as mp
 import os
@@ -91,6 +97,18 @@ class LocalExecutor:
             yield from pool.map(fn, jobs)
         finally:
             pool.close()
+
+    def map_queue(self, fn: Callable[[Iterator[tuple[int, Any]]], list[tuple[int, Any]]], items: Sequence[Any], *,
+                  quota: int, init: Callable[..., None] | None = None, initargs: tuple = (),
+                  close: Callable[[], None] | None = None) -> Iterator[tuple[int, Any]]:
+        """(index, result) for every item, in the order jobs finish: workers set up by `init(*initargs)` run
+        jobs `fn(taken)`, `taken` yielding (index, item) pairs taken from one shared queue, up to `quota` per
+        job; `fn` returns its (index, result) pairs."""
+        workers = 1 if len(items) <= 1 else self.workers
+        yield from _map_queue(lambda n: _LocalCounter(n, shared=workers > 1),
+                              lambda wrapped_init, wrapped_args, k: LocalPool(min(workers, k), wrapped_init,
+                                                                              wrapped_args, close),
+                              workers, fn, items, quota, init, initargs)
 
     def close(self) -> None:
         """Nothing held between maps."""
@@ -192,6 +210,14 @@ class RayExecutor:
         finally:
             pool.close()
 
+    def map_queue(self, fn: Callable[[Iterator[tuple[int, Any]]], list[tuple[int, Any]]], items: Sequence[Any], *,
+                  quota: int, init: Callable[..., None] | None = None, initargs: tuple = (),
+                  close: Callable[[], None] | None = None) -> Iterator[tuple[int, Any]]:
+        """As `LocalExecutor.map_queue`, on actors; the queue is a counter actor. A job whose actor dies is
+        retried once on the restarted actor (taking fresh items); the items the dead run took are run again."""
+        yield from _map_queue(_RayCounter.start, lambda wrapped_init, wrapped_args, k: RayPool(
+            min(self.workers, k), wrapped_init, wrapped_args), self.workers, fn, items, quota, init, initargs)
+
     def close(self) -> None:
         import ray
 
@@ -266,6 +292,114 @@ class _RayWorker:
 
     def run(self, fn: Callable[[Any], Any], job: Any) -> Any:
         return fn(job)
+
+
+# ---- the shared queue -------------------------------------------------------------------------------
+
+class _LocalCounter:
+    """0, 1, ..., n-1, each handed out once, across the processes it was passed to at their start."""
+
+    def __init__(self, n: int, shared: bool = True) -> None:
+        ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
+        self.n, self.value = n, ctx.Value("q", 0) if shared else _Plain()
+
+    def take(self) -> int | None:
+        with self.value.get_lock():
+            i = self.value.value
+            if i >= self.n:
+                return None
+            self.value.value = i + 1
+            return i
+
+
+class _Plain:
+    """An int with a no-op lock: the counter of one process."""
+
+    value = 0
+
+    def get_lock(self) -> "contextlib.nullcontext[None]":
+        return contextlib.nullcontext()
+
+
+class _RayCounter:
+    """The same counter held by a Ray actor (one remote call per item taken)."""
+
+    class _Actor:
+        def __init__(self, n: int) -> None:
+            self.n, self.i = n, 0
+
+        def take(self) -> int | None:
+            if self.i >= self.n:
+                return None
+            self.i += 1
+            return self.i - 1
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    @classmethod
+    def start(cls, n: int) -> "_RayCounter":
+        import ray
+
+        return cls(ray.remote(num_cpus=0)(cls._Actor).remote(n))
+
+    def take(self) -> int | None:
+        import ray
+
+        return ray.get(self.actor.take.remote())
+
+
+_QUEUE: dict[str, Any] = {}  # this worker's queue: the counter and the items
+
+
+def _queue_init(counter: Any, items: Sequence[Any], init: Callable[..., None] | None, initargs: tuple) -> None:
+    _QUEUE["counter"], _QUEUE["items"] = counter, items
+    if init is not None:
+        init(*initargs)
+
+
+def _taken(quota: int) -> Iterator[tuple[int, Any]]:
+    counter, items = _QUEUE["counter"], _QUEUE["items"]
+    for _ in range(quota):
+        i = counter.take()
+        if i is None:
+            return
+        yield i, items[i]
+
+
+def _queue_job(args: tuple[Callable[[Iterator[tuple[int, Any]]], list[tuple[int, Any]]], int]) -> list[tuple[int, Any]]:
+    fn, quota = args
+    return fn(_taken(quota))
+
+
+def _map_queue(counter: Callable[[int], Any], make_pool: Callable[[Callable[..., None], tuple, int], Any],
+               workers: int, fn: Callable[[Iterator[tuple[int, Any]]], list[tuple[int, Any]]],
+               items: Sequence[Any], quota: int, init: Callable[..., None] | None,
+               initargs: tuple) -> Iterator[tuple[int, Any]]:
+    """One shared queue over `items`, jobs enough to drain it, then one more pass over any item a dead job
+    took and never returned (a job is retried by its executor, but the items it had taken are gone)."""
+    todo = list(range(len(items)))
+    for attempt in range(2):
+        if not todo:
+            return
+        sub = [items[i] for i in todo]
+        quota = max(1, int(quota))
+        # Jobs enough that, whether each takes its full quota or one finds the queue empty, every item is
+        # taken; at least one per worker so all of them work.
+        jobs = max(min(workers, len(sub)), -(-len(sub) // quota))
+        pool = make_pool(_queue_init, (counter(len(sub)), sub, init, initargs), jobs)
+        seen: set[int] = set()
+        try:
+            for pairs in pool.map(_queue_job, [(fn, quota)] * jobs):
+                for j, result in pairs:
+                    seen.add(j)
+                    yield todo[j], result
+        finally:
+            pool.close()
+            _QUEUE.clear()
+        todo = [todo[j] for j in range(len(sub)) if j not in seen]
+    if todo:
+        raise ExecutorError(f"{len(todo)} work items were taken by workers that died, twice over")
 
 
 def make_executor(runtime: Any) -> LocalExecutor | RayExecutor:
