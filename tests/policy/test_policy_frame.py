@@ -17,6 +17,7 @@ from coda.policy.features import (
     YAW_SLACK, Frame, chunk_from_frame, chunk_in_frame, gripper_pose, inputs_in_frame, obs_to_batch, rotate_xy, task_frame, to_absolute,
     to_relative, wrap_half_turn,
 )
+from coda.policy.networks import VALUE_BINS
 from coda.policy.policy import ChunkPolicy
 from coda.policy.samples import ChunkDataset
 from coda.policy.train import build_policy, train_policy
@@ -210,7 +211,7 @@ def test_an_episode_acts_on_the_entities_its_first_chunk_picked(hashing) -> None
     the task frame of those entities, whatever the pointers would pick from the later layout."""
     eps = _goal_episodes(6, 3)
     data = ChunkDataset(eps, hashing, chunk_len=4)
-    policy = ChunkPolicy(tiny_cfg(frame="task"), data.dims, data.stats("task"), hashing)
+    policy = ChunkPolicy(tiny_cfg(frame="task", value_once=False), data.dims, data.stats("task"), hashing)
     first, later = dict(eps[0].observations[0]), dict(eps[0].observations[6])
     ep = policy.episode_actions(3)
     policy.chunks_for([first], [ep])
@@ -226,3 +227,29 @@ def test_an_episode_acts_on_the_entities_its_first_chunk_picked(hashing) -> None
     policy.chunks_for([first], [fresh])
     assert fresh.rows is None  # off: every chunk reads the pointers again
     np.testing.assert_array_equal(policy.chunks_for([later], [fresh]), policy.predict_chunks([later]))
+
+
+def test_an_episode_acts_on_the_goal_number_its_first_chunk_read(hashing) -> None:
+    """With `value_once` the goal's number is read at an episode's first chunk and kept: later chunks act on
+    it, whatever the number's prior would read from the later state (a drawer asked "all the way" in unfamiliar
+    words otherwise slides to "halfway" as it passes half open)."""
+    eps = _goal_episodes(6, 3)
+    data = ChunkDataset(eps, hashing, chunk_len=4)
+    policy = ChunkPolicy(tiny_cfg(frame="task"), data.dims, data.stats("task"), hashing)
+    first, later = dict(eps[0].observations[0]), dict(eps[0].observations[6])
+    ep = policy.episode_actions(3)
+    policy.chunks_for([first], [ep])
+    rows, values = policy.read_instruction([first])
+    assert ep.value is not None and float(ep.value) == float(values[0]) and float(ep.value) in VALUE_BINS
+    assert torch.equal(ep.rows, rows[0])
+    own = float(policy.read_instruction([later])[1][0])
+    ep.value = torch.tensor(1.0 if own != 1.0 else 0.0)  # a number the later reading does not give
+    kept = policy.chunks_for([later], [ep])
+    np.testing.assert_array_equal(kept, policy.predict_chunks([later], rows=ep.rows[None], values=ep.value[None]))
+    assert not np.allclose(kept, policy.predict_chunks([later], rows=ep.rows[None]))  # its own reading acts otherwise
+    policy.cfg = policy.cfg.model_copy(update={"value_once": False})
+    fresh = policy.episode_actions(3)
+    policy.chunks_for([first], [fresh])
+    assert fresh.value is None  # off: every chunk reads the number again
+    np.testing.assert_array_equal(policy.chunks_for([later], [fresh]),
+                                  policy.predict_chunks([later], rows=fresh.rows[None]))

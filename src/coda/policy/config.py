@@ -59,6 +59,7 @@ class PolicyConfig(Section):
     sample_temperature: float = Field(1.0, gt=0)  # std scale when sampling candidate chunks
     n_action_steps: int = Field(4, ge=1)  # actions executed from each chunk before re-planning
     ground_once: bool = True  # frame "task": an episode acts on the entities its instruction named at its first chunk (off: pointers re-read every chunk, and one unsure of an unfamiliar word flips as the gripper moves)
+    value_once: bool = True  # an episode acts on the goal's number (how far to open a drawer) read at its first chunk (off: re-read every chunk, and a reading unsure of an unfamiliar wording drifts with the scene, e.g. to "halfway" as the drawer passes half open)
     temporal_ensemble: float | None = Field(None, ge=0)  # ACT weight exp(-k*age); None = queue of chunks
     seed: int = 0  # seed for batch sampling, initialisation and candidate sampling
     log_every: int = Field(50, ge=1)  # steps between JSONL metric lines

@@ -39,7 +39,8 @@ from coda.policy.features import (
     Frame, NormStats, ObsBatch, ObsDims, chunk_from_frame, chunk_in_frame, gripper_pose, obs_to_batch, padded_sizes,
     resize_batch, to_absolute, to_relative,
 )
-from coda.policy.networks import VALUE_BINS, ChunkActorHead, ChunkCriticNet, ObsEncoder, destination_or_self
+from coda.policy.networks import (VALUE_BINS, ChunkActorHead, ChunkCriticNet, ObsEncoder, destination_or_self,
+                                  value_of)
 from coda.policy.samples import CriticBatch, TrainBatch
 from coda.policy.targets import awr_weights, chunk_targets, expectile_loss
 from coda.policy.text import TextEmbedder, text_encoder_for
@@ -311,10 +312,12 @@ class ChunkPolicy(nn.Module):
             raise PolicyUsageError(f"generators holds {len(generators)} streams for {b} observations")
         return torch.stack([torch.randn(shape, generator=g) for g in generators])
 
-    def _candidates(self, ob: ObsBatch, eps: Tensor, rows: Tensor | None = None) -> tuple[Tensor, Any]:
+    def _candidates(self, ob: ObsBatch, eps: Tensor, rows: Tensor | None = None,
+                    values: Tensor | None = None) -> tuple[Tensor, Any]:
         """Normalised candidates (B, n, H, A), the mean first, in the axes the actor predicts in (the task
-        frame of `rows` where given); and the actor's encoding (its frame and rows)."""
-        enc = self.encoder.encode(ob, self.stats, rows)
+        frame of `rows` where given, the goal's number `values` where given); and the actor's encoding (its
+        frame and rows)."""
+        enc = self.encoder.encode(ob, self.stats, rows, values=values)
         mean, log_std = self.actor(enc.z)
         samples = mean.unsqueeze(1) + self.cfg.sample_temperature * torch.exp(log_std).unsqueeze(1) * eps
         return torch.cat([mean.unsqueeze(1), samples], dim=1), enc
@@ -345,56 +348,84 @@ class ChunkPolicy(nn.Module):
         ob = self._batch(obs)
         return self._blocks(self._sample_block, ob, self._noise(ob.proprio.shape[0], n, None))[0].numpy()
 
-    def _chunk_block(self, ob: ObsBatch, eps: Tensor | None, rows: Tensor | None = None) -> Tensor:
+    def _chunk_block(self, ob: ObsBatch, eps: Tensor | None, rows: Tensor | None = None,
+                     values: Tensor | None = None) -> Tensor:
         """The executed chunk (B, H, A) in env targets: the mean, or the best of the candidates by Q; in the
-        task frame of `rows` (B, R) where given."""
+        task frame of `rows` (B, R) and with the goal's number `values` (B,) where given."""
         if eps is None:
-            enc = self.encoder.encode(ob, self.stats, rows)
+            enc = self.encoder.encode(ob, self.stats, rows, values=values)
             best, _ = self.actor(enc.z)
         else:
-            cands, enc = self._candidates(ob, eps, rows)
+            cands, enc = self._candidates(ob, eps, rows, values)
             best = cands[torch.arange(cands.shape[0]), self._q_normalised(ob, cands, enc.rows).argmax(dim=1)]
         return self._to_env(best, ob, enc.frame)
 
     @torch.no_grad()
     def predict_chunks(self, observations: Sequence[Mapping[str, Any]],
-                       generators: Sequence[torch.Generator] | None = None, rows: Tensor | None = None) -> np.ndarray:
+                       generators: Sequence[torch.Generator] | None = None, rows: Tensor | None = None,
+                       values: Tensor | None = None) -> np.ndarray:
         """The next H absolute actions (B, H, A) for each observation (value-guided if configured), with
-        observation i's candidates drawn from `generators[i]` (default: the policy's own stream) and, with
-        frame "task", acting on the entity rows `rows[i]` (R,) where given (default: its own pointers' picks).
-        A row does not depend on which other observations share the batch."""
+        observation i's candidates drawn from `generators[i]` (default: the policy's own stream), with
+        frame "task" acting on the entity rows `rows[i]` (R,) where given (default: its own pointers' picks),
+        and on the goal's number `values[i]` where given (default: its own reading). A row does not depend on
+        which other observations share the batch."""
         ob = self._batch(observations)
         n = self.cfg.value_guided_samples
         if n > 0:
             self._require_critic("value-guided selection")
             eps = self._noise(ob.proprio.shape[0], n, generators)
-            return self._blocks(self._chunk_block, ob, eps, rows).numpy()
-        return self._blocks(lambda o, r: self._chunk_block(o, None, r), ob, rows).numpy()
+            return self._blocks(self._chunk_block, ob, eps, rows, values).numpy()
+        return self._blocks(lambda o, r, v: self._chunk_block(o, None, r, v), ob, rows, values).numpy()
 
     @torch.no_grad()
     def ground(self, observations: Sequence[Mapping[str, Any]]) -> Tensor | None:
         """The entity rows (B, R) the role pointers pick at each observation (what is moved, where to); None
         for a policy without role pointers."""
+        read = self.read_instruction(observations)
+        return None if read is None else read[0]
+
+    @torch.no_grad()
+    def read_instruction(self, observations: Sequence[Mapping[str, Any]]) -> tuple[Tensor, Tensor] | None:
+        """What the instruction is read to ask at each observation: the entity rows (B, R) the role pointers
+        pick and the goal's number (B,) (its bin's value); None for a policy without role pointers."""
         if self.encoder.grounding is None:
             return None
-        return self._blocks(lambda o: self.encoder.encode(o, self.stats).rows, self._batch(observations))
+
+        def read(o: ObsBatch) -> Tensor:
+            enc = self.encoder.encode(o, self.stats)
+            rows = enc.rows if enc.rows is not None else enc.pointer.argmax(dim=1)  # type: ignore[union-attr]
+            return torch.cat([rows.to(torch.float32), value_of(enc.goal_value)], dim=1)
+
+        both = self._blocks(read, self._batch(observations))
+        return both[:, :-1].to(torch.long), both[:, -1]
 
     @torch.no_grad()
     def chunks_for(self, observations: Sequence[Mapping[str, Any]], episodes: Sequence["EpisodeActions"]) -> np.ndarray:
         """The next chunk (B, H, A) of each running episode at its observation: candidates drawn from the
-        episode's own stream, and with `ground_once` (frame "task") the entities its instruction named at
-        its first chunk kept for the whole episode. The words do not change within an episode, but the
-        layout evidence the pointers add does as the gripper moves, and a pointer unsure of an unfamiliar
-        word would otherwise switch its destination back and forth."""
-        rows = None
-        if self.cfg.ground_once and self.cfg.frame == "task" and self.encoder.grounding is not None:
-            fresh = [i for i, e in enumerate(episodes) if e.rows is None]
+        episode's own stream, and what its instruction asked as read at its first chunk kept for the whole
+        episode: the entities it named (`ground_once`, frame "task") and the goal's number (`value_once`).
+        The words do not change within an episode, but the scene evidence beside them does: the layout the
+        pointers add as the gripper moves, the state the number's prior reads as a drawer opens. Read again
+        at every chunk, a pointer unsure of an unfamiliar word would switch its destination back and forth,
+        and an unsure number would slide to whatever such scenes asked at the state the episode has reached
+        (a drawer asked "all the way" in unfamiliar words stops half open)."""
+        once_rows = self.cfg.ground_once and self.cfg.frame == "task" and self.encoder.grounding is not None
+        once_value = self.cfg.value_once and self.encoder.grounding is not None
+        rows = values = None
+        if once_rows or once_value:
+            fresh = [i for i, e in enumerate(episodes) if not e.read]
             if fresh:
-                picked = self.ground([observations[i] for i in fresh])
-                for i, r in zip(fresh, picked):
-                    episodes[i].rows = r
-            rows = torch.stack([e.rows for e in episodes])
-        return self.predict_chunks(observations, [e.rng for e in episodes], rows=rows)
+                read = self.read_instruction([observations[i] for i in fresh])
+                assert read is not None
+                for i, r, v in zip(fresh, *read):
+                    episodes[i].read = True
+                    episodes[i].rows = r if once_rows else None
+                    episodes[i].value = v if once_value else None
+            if once_rows:
+                rows = torch.stack([e.rows for e in episodes])  # type: ignore[misc]
+            if once_value:
+                values = torch.stack([e.value for e in episodes])  # type: ignore[misc]
+        return self.predict_chunks(observations, [e.rng for e in episodes], rows=rows, values=values)
 
     @torch.no_grad()
     def predict_chunk(self, obs: Mapping[str, Any]) -> np.ndarray:
@@ -470,6 +501,8 @@ class EpisodeActions:
     def __init__(self, cfg: PolicyConfig, rng: torch.Generator) -> None:
         self.cfg, self.rng = cfg, rng
         self.rows: Tensor | None = None  # (R,) the entities the episode acts on, fixed at its first chunk (`ground_once`)
+        self.value: Tensor | None = None  # () the goal's number it acts on, fixed at its first chunk (`value_once`)
+        self.read = False  # its instruction has been read (at its first chunk)
         self.queue: list[np.ndarray] = []
         self.ensemble: list[tuple[int, np.ndarray]] = []  # (start step, chunk (H, A))
         self.t = 0
