@@ -70,6 +70,11 @@ def local_file(f: str | Path | Shipped) -> Path:
     return f.local_path() if isinstance(f, Shipped) else Path(f)
 
 
+def _mp_context() -> Any:
+    """The start method of worker processes: forkserver where there is one (no copy of the driver's threads)."""
+    return mp.get_context("forkserver" if os.name == "posix" else "spawn")
+
+
 class LocalExecutor:
     """Worker processes on this machine (forkserver), or this process itself with one worker."""
 
@@ -138,8 +143,7 @@ class LocalPool:
                 yield fn(job)
             return
         if self._pool is None:
-            ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=self._init,
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=_mp_context(), initializer=self._init,
                                              initargs=self._initargs)
         yield from self._pool.map(fn, jobs, chunksize=1)
 
@@ -300,8 +304,7 @@ class _LocalCounter:
     """0, 1, ..., n-1, each handed out once, across the processes it was passed to at their start."""
 
     def __init__(self, n: int, shared: bool = True) -> None:
-        ctx = mp.get_context("forkserver" if os.name == "posix" else "spawn")
-        self.n, self.value = n, ctx.Value("q", 0) if shared else _Plain()
+        self.n, self.value = n, _mp_context().Value("q", 0) if shared else _Plain()
 
     def take(self) -> int | None:
         with self.value.get_lock():
@@ -326,13 +329,10 @@ class _RayCounter:
 
     class _Actor:
         def __init__(self, n: int) -> None:
-            self.n, self.i = n, 0
+            self.counter = _LocalCounter(n, shared=False)  # one process: the actor's
 
         def take(self) -> int | None:
-            if self.i >= self.n:
-                return None
-            self.i += 1
-            return self.i - 1
+            return self.counter.take()
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
@@ -379,11 +379,11 @@ def _map_queue(counter: Callable[[int], Any], make_pool: Callable[[Callable[...,
     """One shared queue over `items`, jobs enough to drain it, then one more pass over any item a dead job
     took and never returned (a job is retried by its executor, but the items it had taken are gone)."""
     todo = list(range(len(items)))
-    for attempt in range(2):
+    quota = max(1, int(quota))
+    for _ in range(2):
         if not todo:
             return
         sub = [items[i] for i in todo]
-        quota = max(1, int(quota))
         # Jobs enough that, whether each takes its full quota or one finds the queue empty, every item is
         # taken; at least one per worker so all of them work.
         jobs = max(min(workers, len(sub)), -(-len(sub) // quota))
