@@ -14,7 +14,8 @@ from coda.config import build_config
 from coda.engine.backend import RoundBackend
 from coda.engine.rollout import evaluate_checkpoint, rollout_batch, rollout_policy
 from coda.policy.checkpoint import load_policy
-from coda.policy.policy import INFERENCE_ROWS
+from coda.policy.features import padded_sizes
+from coda.policy.policy import _LADDER, INFERENCE_ROWS
 from coda.policy.train import train_sft
 from coda.scene.splits import build_split
 from coda.sim.tabletop.validity import sim_check
@@ -69,6 +70,39 @@ def test_a_chunk_does_not_depend_on_the_batch_it_is_computed_in(trained) -> None
     reversed_ = policy.predict_chunks(obs[::-1])[::-1]
     np.testing.assert_array_equal(together, alone)
     np.testing.assert_array_equal(reversed_, alone)
+
+
+@pytest.mark.parametrize("frame", ["gripper", "task"])
+def test_words_read_at_an_episodes_first_chunk_give_the_chunks_a_fresh_reading_gives(trained, frame) -> None:
+    """An episode's words are read once (`EpisodeActions.text`); every later chunk is the bits reading them
+    again gives, alone or in a batch of scenes that pad to different shapes. Read words, rows of one entity
+    extent share a block whatever their word counts (drawer and stack: 4 entity slots, 8 and 16 instruction
+    word pieces)."""
+    cfg, ckpt, scenes = trained
+    scenes = (scenes + build_split("drawer", "sft", 2, seed=1, check=sim_check).valid
+              + build_split("stack", "sft", 2, seed=1, check=sim_check).valid)
+    policy = load_policy(ckpt, overrides={"frame": frame} if frame == "task" else None)
+    envs = [TabletopEnv(config=cfg.sim) for _ in scenes]
+    obs = [e.reset_to(s)[0] for e, s in zip(envs, scenes)]
+    episodes = [policy.episode_actions(i) for i in range(len(scenes))]
+    sizes = (padded_sizes(policy._batch(obs)) + _LADDER - 1) // _LADDER * _LADDER
+    four = sizes[sizes[:, 0] == 4]
+    assert len(four) >= 4 and len({tuple(r) for r in four.tolist()}) > 1  # one entity extent, other word counts
+    try:
+        for _ in range(3):
+            with torch.no_grad():
+                kept = policy.chunks_for(obs, episodes)
+            rows = torch.stack([e.rows for e in episodes]) if episodes[0].rows is not None else None
+            values = torch.stack([e.value for e in episodes])
+            assert all(e.text is not None for e in episodes)
+            np.testing.assert_array_equal(kept, policy.predict_chunks(obs, rows=rows, values=values))
+            alone = [policy.predict_chunks([o], rows=None if rows is None else rows[i:i + 1], values=values[i:i + 1])
+                     for i, o in enumerate(obs)]
+            np.testing.assert_array_equal(kept, np.concatenate(alone))
+            obs = [e.step(c[0])[0] for e, c in zip(envs, kept)]
+    finally:
+        for e in envs:
+            e.close()
 
 
 def test_value_guided_candidates_come_from_each_episodes_own_stream(trained) -> None:

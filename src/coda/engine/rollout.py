@@ -169,12 +169,13 @@ def rollout_batch(
 
 
 def batch_order(specs: Sequence[ScenarioSpec]) -> list[int]:
-    """The order to run `specs` in: alike scenes (family, then entity count) next to each other. The policy
-    runs a batch in blocks of one padded shape each (`CodaPolicy._blocks`), so a batch of alike scenes is one
-    block where an interleaved one is several; no episode depends on the order."""
-    def alike(spec: Any) -> tuple[str, int]:  # any backend's scenario: what it has of these
+    """The order to run `specs` in: alike scenes (entity count, then family) next to each other. The policy
+    runs a batch in blocks of one padded shape each (`CodaPolicy._blocks`; after an episode's first chunk, of
+    one entity count), so a batch of alike scenes is one block where an interleaved one is several; no
+    episode depends on the order."""
+    def alike(spec: Any) -> tuple[int, str]:  # any backend's scenario: what it has of these
         parts = ("objects", "containers", "drawers", "regions")
-        return str(getattr(spec, "family", "")), sum(len(getattr(spec, f, ()) or ()) for f in parts)
+        return sum(len(getattr(spec, f, ()) or ()) for f in parts), str(getattr(spec, "family", ""))
 
     return sorted(range(len(specs)), key=lambda i: alike(specs[i]))
 

@@ -121,7 +121,9 @@ class SetAttentionBlock(nn.Module):
         read key j) -> (B, T, hidden)."""
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        scores = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5  # (B, heads, T, T)
+        # k laid out contiguously first: on the strided view, CPU batched matmul sums a set of up to 12 tokens
+        # in an order that depends on the set's place in the batch (a row's bits would depend on its block)
+        scores = (q @ k.contiguous().transpose(-1, -2)) * (d // self.heads) ** -0.5  # (B, heads, T, T)
         hide = pad[:, None, None, :] if blocked is None else (pad[:, None, None, :] | blocked)
         att = scores.masked_fill(hide, float("-inf")).softmax(dim=-1)
         x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
@@ -176,6 +178,15 @@ class GoalValue(nn.Module):
 def value_of(logits: Tensor) -> Tensor:
     """The goal value (B, 1) of the most likely bin."""
     return torch.tensor(VALUE_BINS, dtype=logits.dtype)[logits.argmax(dim=1)].unsqueeze(1)
+
+
+class TextRead(NamedTuple):
+    """What the encoder reads from the words alone: they do not change within an episode, so a rollout reads
+    them at its first chunk and passes them back (`ObsEncoder.encode(text=...)`) instead of reading again."""
+
+    desc: Tensor  # (B, M, hidden) the entities' description projections
+    instruction: Tensor  # (B, hidden) the instruction's projection
+    said: Tensor | None = None  # (B, M, ROLES) the role pointers' language logits ("tokens" grounding)
 
 
 class Encoded(NamedTuple):
@@ -265,13 +276,23 @@ class ObsEncoder(nn.Module):
         """Encode raw observations (normalised here with `stats`) -> (B, hidden)."""
         return self.encode(obs, stats).z
 
-    def pointer_logits(self, obs: ObsBatch, desc: Tensor, ob: Tensor, rp: Tensor,
+    def read_text(self, obs: ObsBatch) -> TextRead:
+        """The encoding's parts that read only the words: description and instruction projections and the
+        role pointers' language logits."""
+        desc = self.text_proj(obs.object_emb)  # (B, M, hidden)
+        said = None
+        if self.grounding is not None:
+            att, feats = self.grounding(obs)
+            said = self.pointer(torch.cat([att, desc, feats], dim=-1))
+        return TextRead(desc, self.text_proj(obs.instruction_emb), said)
+
+    def pointer_logits(self, obs: ObsBatch, text: TextRead, ob: Tensor, rp: Tensor,
                        layout_scale: Tensor | None = None) -> Tensor:
-        """Role pointer logits (B, M, ROLES) over entities, -inf on padding. `layout_scale` (B,) (training)
-        scales each sample's gradient to the layout logits (their values stay as they are)."""
-        assert self.grounding is not None
-        said, feats = self.grounding(obs)
-        lang = self.pointer(torch.cat([said, desc, feats], dim=-1))
+        """Role pointer logits (B, M, ROLES) over entities, -inf on padding: the language logits of `text`
+        plus layout logits from the entities' features `ob` and positions `rp`. `layout_scale` (B,)
+        (training) scales each sample's gradient to the layout logits (their values stay as they are)."""
+        assert self.grounding is not None and text.said is not None
+        lang = text.said
         layout = self.layout_pointer(torch.cat([ob, rp], dim=-1))
         if layout_scale is not None:
             fixed = layout.detach()
@@ -280,19 +301,23 @@ class ObsEncoder(nn.Module):
         return logits.masked_fill(~obs.object_mask.unsqueeze(-1), float("-inf"))
 
     def encode(self, obs: ObsBatch, stats: NormStats, rows: Tensor | None = None,
-               values: Tensor | None = None, layout_scale: Tensor | None = None) -> "Encoded":
+               values: Tensor | None = None, layout_scale: Tensor | None = None,
+               text: TextRead | None = None) -> "Encoded":
         """The (B, hidden) summary with what the instruction was grounded to (None without "tokens").
 
         With frame "task" the pointers read the observation as given; the rest of the network reads it in the
         task frame of the rows `frame_rows` chooses (`rows` (B, R): the goal's own, in training). `values`
         (B,) are the goals' own numbers where known (NaN: none; training): the network reads them in place of
         its own reading of the number, as it reads the goal's rows, so it learns to act on the number it is
-        given while `goal_value` learns to read it. `layout_scale` (B,): see `pointer_logits`."""
+        given while `goal_value` learns to read it. `layout_scale` (B,): see `pointer_logits`. `text`: what
+        `read_text` gave for these observations' words (read here when None)."""
         pr, ob, rp = stats.normalize_obs(obs)
-        desc = self.text_proj(obs.object_emb)  # (B, M, hidden)
+        if text is None:
+            text = self.read_text(obs)
+        desc = text.desc
         frame = used = None
         if self.frame == "task":
-            world_logits = self.pointer_logits(obs, desc, ob, rp, layout_scale)
+            world_logits = self.pointer_logits(obs, text, ob, rp, layout_scale)
             used = frame_rows(world_logits.argmax(dim=1), rows)
             frame = task_frame(obs.objects, obs.object_mask, used)
             obs = obs_in_frame(obs, frame)
@@ -301,12 +326,12 @@ class ObsEncoder(nn.Module):
             pr = pr.clone()
             pr[:, PROPRIO_MOTION] = 0.0
         b, m = ob.shape[0], ob.shape[1]
-        instruction = self.text_proj(obs.instruction_emb)  # (B, hidden)
+        instruction = text.instruction  # (B, hidden)
         logits = None
         if frame is not None:
             logits = world_logits
         elif self.grounding is not None:
-            logits = self.pointer_logits(obs, desc, ob, rp, layout_scale)
+            logits = self.pointer_logits(obs, text, ob, rp, layout_scale)
         if logits is not None:
             p = hard_pointer(logits, used)  # (B, M, R); frame "task": the entities that set the frame
             raw = p.transpose(1, 2) @ torch.cat([rp, ob], dim=-1)  # (B, R, 3 + F): the pointed-to entities' features

@@ -39,8 +39,8 @@ from coda.policy.features import (
     Frame, NormStats, ObsBatch, ObsDims, chunk_from_frame, chunk_in_frame, gripper_pose, obs_to_batch, padded_sizes,
     resize_batch, to_absolute, to_relative,
 )
-from coda.policy.networks import (VALUE_BINS, ChunkActorHead, ChunkCriticNet, ObsEncoder, destination_or_self,
-                                  value_of)
+from coda.policy.networks import (VALUE_BINS, ChunkActorHead, ChunkCriticNet, ObsEncoder, TextRead,
+                                  destination_or_self, value_of)
 from coda.policy.samples import CriticBatch, TrainBatch
 from coda.policy.targets import awr_weights, chunk_targets, expectile_loss
 from coda.policy.text import TextEmbedder, text_encoder_for
@@ -48,6 +48,33 @@ from coda.policy.text import TextEmbedder, text_encoder_for
 ARCH_VERSION = 2  # 2: word-piece grounding (TokenGrounding)
 INFERENCE_ROWS = 16  # observations per inference forward pass; a batch is run in blocks of exactly this many
 _LADDER = torch.tensor([4, 8, 8])  # inference pads entities, description and instruction tokens to multiples
+
+
+def _take(extra: Any, idx: Tensor) -> Any:
+    """Rows `idx` of a per-row input of `CodaPolicy._blocks`: a (B, ...) tensor, or a list of per-row values
+    (tensors, or tuples of tensors) stacked into one."""
+    if extra is None or isinstance(extra, Tensor):
+        return None if extra is None else extra[idx]
+    return _stack([extra[i] for i in idx.tolist()])
+
+
+def _stack(rows: list[Any]) -> Any:
+    first = rows[0]
+    if first is None or isinstance(first, Tensor):
+        return None if first is None else torch.stack(rows)
+    return _rebuild(first, [_stack(list(field)) for field in zip(*rows)])
+
+
+def _row(res: Any, j: int) -> Any:
+    """Row j of a block's result: a tensor, or a (named) tuple of tensors and Nones."""
+    if res is None or isinstance(res, Tensor):
+        return None if res is None else res[j]
+    return _rebuild(res, [_row(field, j) for field in res])
+
+
+def _rebuild(like: tuple, fields: list[Any]) -> tuple:
+    """A tuple of `like`'s type (plain or named) holding `fields`."""
+    return type(like)(*fields) if hasattr(like, "_fields") else tuple(fields)
 
 
 def _cat_obs(a: ObsBatch, b: ObsBatch) -> ObsBatch:
@@ -277,17 +304,27 @@ class ChunkPolicy(nn.Module):
         if int(self.critic_updates) == 0:
             raise PolicyUsageError(f"{what} needs a trained critic, but this policy's critic has 0 updates")
 
-    def _blocks(self, fn: Any, ob: ObsBatch, *extra: Tensor | None) -> Tensor:
-        """`fn(block, *extra_rows)` over the rows of `ob`, concatenated back to B rows in their order. Rows are
+    def _blocks(self, fn: Any, ob: ObsBatch, *extra: Any, words_read: bool = False) -> Tensor:
+        """`fn(block, *extra_rows)` over the rows of `ob`, concatenated back to B rows in their order (see
+        `_block_rows`)."""
+        return torch.stack(self._block_rows(fn, ob, *extra, words_read=words_read))
+
+    def _block_rows(self, fn: Any, ob: ObsBatch, *extra: Any, words_read: bool = False) -> list[Any]:
+        """`fn(block, *extra_rows)` over the rows of `ob`, each row's result in a list in their order: a tensor's
+        row, or a tuple of rows where `fn` gives a tuple. An `extra` is a (B, ...) tensor, or a list of B
+        per-row values (what an earlier call gave for these rows) stacked per block. Rows are
         grouped by their own padded extents rounded up to a fixed ladder (`padded_sizes`, entities to a
         multiple of 4, word pieces to a multiple of 8), each group padded to exactly that shape and run in
         blocks of exactly `INFERENCE_ROWS` (the last one filled with copies of its first row). A row's block
         shape then depends on that row alone, and so do its bits: CPU kernels sum in an order that depends on
         the shapes (rows, and the masked entity and token slots; how, differs between CPUs), not on the other
-        rows' values."""
+        rows' values. With `words_read` (`fn` is given what the words read as, `TextRead`, and reads no word
+        piece) rows are grouped by their entity extent alone: the token slots are not computed on."""
         b, k = ob.proprio.shape[0], INFERENCE_ROWS
         sizes = padded_sizes(ob)
         sizes = (sizes + _LADDER - 1) // _LADDER * _LADDER
+        if words_read:
+            sizes[:, 1], sizes[:, 2] = ob.object_tokens.shape[2], ob.instruction_tokens.shape[1]
         out: list[Tensor | None] = [None] * b
         for key in sorted({tuple(r) for r in sizes.tolist()}):
             rows = torch.nonzero((sizes == torch.tensor(key)).all(dim=1)).flatten()
@@ -297,10 +334,10 @@ class ChunkPolicy(nn.Module):
                 real = idx.shape[0]
                 idx = torch.cat([idx, idx[:1].expand(k - real)])
                 block = group if real == k == rows.shape[0] else group.index(idx)  # a whole group of k: itself
-                res = fn(block, *(None if e is None else e[rows[idx]] for e in extra))[:real]
-                for r, row in zip(rows[lo:lo + real].tolist(), res):
-                    out[r] = row
-        return torch.stack(out)  # type: ignore[arg-type]
+                res = fn(block, *(_take(e, rows[idx]) for e in extra))
+                for j, r in enumerate(rows[lo:lo + real].tolist()):
+                    out[r] = _row(res, j)
+        return out
 
     def _noise(self, b: int, n: int, generators: Sequence[torch.Generator] | None) -> Tensor:
         """(B, n-1, H, A) standard normal draws for sampled candidates, row i from `generators[i]` (all rows
@@ -313,11 +350,11 @@ class ChunkPolicy(nn.Module):
         return torch.stack([torch.randn(shape, generator=g) for g in generators])
 
     def _candidates(self, ob: ObsBatch, eps: Tensor, rows: Tensor | None = None,
-                    values: Tensor | None = None) -> tuple[Tensor, Any]:
+                    values: Tensor | None = None, text: TextRead | None = None) -> tuple[Tensor, Any]:
         """Normalised candidates (B, n, H, A), the mean first, in the axes the actor predicts in (the task
-        frame of `rows` where given, the goal's number `values` where given); and the actor's encoding (its
-        frame and rows)."""
-        enc = self.encoder.encode(ob, self.stats, rows, values=values)
+        frame of `rows` where given, the goal's number `values` where given, the words read as `text` where
+        given); and the actor's encoding (its frame and rows)."""
+        enc = self.encoder.encode(ob, self.stats, rows, values=values, text=text)
         mean, log_std = self.actor(enc.z)
         samples = mean.unsqueeze(1) + self.cfg.sample_temperature * torch.exp(log_std).unsqueeze(1) * eps
         return torch.cat([mean.unsqueeze(1), samples], dim=1), enc
@@ -349,33 +386,36 @@ class ChunkPolicy(nn.Module):
         return self._blocks(self._sample_block, ob, self._noise(ob.proprio.shape[0], n, None))[0].numpy()
 
     def _chunk_block(self, ob: ObsBatch, eps: Tensor | None, rows: Tensor | None = None,
-                     values: Tensor | None = None) -> Tensor:
+                     values: Tensor | None = None, text: TextRead | None = None) -> Tensor:
         """The executed chunk (B, H, A) in env targets: the mean, or the best of the candidates by Q; in the
-        task frame of `rows` (B, R) and with the goal's number `values` (B,) where given."""
+        task frame of `rows` (B, R), with the goal's number `values` (B,) and the words read as `text` where
+        given."""
         if eps is None:
-            enc = self.encoder.encode(ob, self.stats, rows, values=values)
+            enc = self.encoder.encode(ob, self.stats, rows, values=values, text=text)
             best, _ = self.actor(enc.z)
         else:
-            cands, enc = self._candidates(ob, eps, rows, values)
+            cands, enc = self._candidates(ob, eps, rows, values, text)
             best = cands[torch.arange(cands.shape[0]), self._q_normalised(ob, cands, enc.rows).argmax(dim=1)]
         return self._to_env(best, ob, enc.frame)
 
     @torch.no_grad()
     def predict_chunks(self, observations: Sequence[Mapping[str, Any]],
                        generators: Sequence[torch.Generator] | None = None, rows: Tensor | None = None,
-                       values: Tensor | None = None) -> np.ndarray:
+                       values: Tensor | None = None, texts: Sequence[TextRead] | None = None) -> np.ndarray:
         """The next H absolute actions (B, H, A) for each observation (value-guided if configured), with
         observation i's candidates drawn from `generators[i]` (default: the policy's own stream), with
         frame "task" acting on the entity rows `rows[i]` (R,) where given (default: its own pointers' picks),
-        and on the goal's number `values[i]` where given (default: its own reading). A row does not depend on
-        which other observations share the batch."""
+        and on the goal's number `values[i]` where given (default: its own reading); `texts[i]`: what
+        `read_instruction` read from observation i's words at an earlier step of its episode (default: read
+        now; the same bits either way). A row does not depend on which other observations share the batch."""
         ob = self._batch(observations)
         n = self.cfg.value_guided_samples
         if n > 0:
             self._require_critic("value-guided selection")
             eps = self._noise(ob.proprio.shape[0], n, generators)
-            return self._blocks(self._chunk_block, ob, eps, rows, values).numpy()
-        return self._blocks(lambda o, r, v: self._chunk_block(o, None, r, v), ob, rows, values).numpy()
+            return self._blocks(self._chunk_block, ob, eps, rows, values, texts).numpy()  # the critic reads the words
+        return self._blocks(lambda o, r, v, t: self._chunk_block(o, None, r, v, t), ob, rows, values, texts,
+                            words_read=texts is not None).numpy()
 
     @torch.no_grad()
     def ground(self, observations: Sequence[Mapping[str, Any]]) -> Tensor | None:
@@ -390,14 +430,24 @@ class ChunkPolicy(nn.Module):
         pick and the goal's number (B,) (its bin's value); None for a policy without role pointers."""
         if self.encoder.grounding is None:
             return None
-
-        def read(o: ObsBatch) -> Tensor:
-            enc = self.encoder.encode(o, self.stats)
-            rows = enc.rows if enc.rows is not None else enc.pointer.argmax(dim=1)  # type: ignore[union-attr]
-            return torch.cat([rows.to(torch.float32), value_of(enc.goal_value)], dim=1)
-
-        both = self._blocks(read, self._batch(observations))
+        both = torch.stack([r for r, _ in self._read_words(observations)])
         return both[:, :-1].to(torch.long), both[:, -1]
+
+    def _read_words(self, observations: Sequence[Mapping[str, Any]]) -> list[tuple[Tensor | None, TextRead]]:
+        """Per observation: the rows the role pointers pick with the goal's number after them ((R + 1,); None
+        without role pointers), and what the actor's encoder reads from the words alone (its `TextRead` row,
+        at the padded shape the observation's blocks always have)."""
+        grounded = self.encoder.grounding is not None
+
+        def read(o: ObsBatch) -> tuple[Tensor | None, TextRead]:
+            text = self.encoder.read_text(o)
+            if not grounded:
+                return None, text
+            enc = self.encoder.encode(o, self.stats, text=text)
+            rows = enc.rows if enc.rows is not None else enc.pointer.argmax(dim=1)  # type: ignore[union-attr]
+            return torch.cat([rows.to(torch.float32), value_of(enc.goal_value)], dim=1), text
+
+        return self._block_rows(read, self._batch(observations))
 
     @torch.no_grad()
     def chunks_for(self, observations: Sequence[Mapping[str, Any]], episodes: Sequence["EpisodeActions"]) -> np.ndarray:
@@ -408,24 +458,20 @@ class ChunkPolicy(nn.Module):
         pointers add as the gripper moves, the state the number's prior reads as a drawer opens. Read again
         at every chunk, a pointer unsure of an unfamiliar word would switch its destination back and forth,
         and an unsure number would slide to whatever such scenes asked at the state the episode has reached
-        (a drawer asked "all the way" in unfamiliar words stops half open)."""
+        (a drawer asked "all the way" in unfamiliar words stops half open). What the encoder reads from the
+        words alone is read once too (`TextRead`; the same bits as reading it again)."""
         once_rows = self.cfg.ground_once and self.cfg.frame == "task" and self.encoder.grounding is not None
         once_value = self.cfg.value_once and self.encoder.grounding is not None
-        rows = values = None
-        if once_rows or once_value:
-            fresh = [i for i, e in enumerate(episodes) if not e.read]
-            if fresh:
-                read = self.read_instruction([observations[i] for i in fresh])
-                assert read is not None
-                for i, r, v in zip(fresh, *read):
-                    episodes[i].read = True
-                    episodes[i].rows = r if once_rows else None
-                    episodes[i].value = v if once_value else None
-            if once_rows:
-                rows = torch.stack([e.rows for e in episodes])  # type: ignore[misc]
-            if once_value:
-                values = torch.stack([e.value for e in episodes])  # type: ignore[misc]
-        return self.predict_chunks(observations, [e.rng for e in episodes], rows=rows, values=values)
+        fresh = [i for i, e in enumerate(episodes) if e.text is None]
+        if fresh:
+            for i, (read, text) in zip(fresh, self._read_words([observations[i] for i in fresh])):
+                episodes[i].text = text
+                episodes[i].rows = read[:-1].to(torch.long) if once_rows and read is not None else None
+                episodes[i].value = read[-1] if once_value and read is not None else None
+        rows = torch.stack([e.rows for e in episodes]) if once_rows else None  # type: ignore[misc]
+        values = torch.stack([e.value for e in episodes]) if once_value else None  # type: ignore[misc]
+        return self.predict_chunks(observations, [e.rng for e in episodes], rows=rows, values=values,
+                                   texts=[e.text for e in episodes])  # type: ignore[misc]
 
     @torch.no_grad()
     def predict_chunk(self, obs: Mapping[str, Any]) -> np.ndarray:
@@ -502,7 +548,7 @@ class EpisodeActions:
         self.cfg, self.rng = cfg, rng
         self.rows: Tensor | None = None  # (R,) the entities the episode acts on, fixed at its first chunk (`ground_once`)
         self.value: Tensor | None = None  # () the goal's number it acts on, fixed at its first chunk (`value_once`)
-        self.read = False  # its instruction has been read (at its first chunk)
+        self.text: TextRead | None = None  # what the encoder read from its words (at its first chunk)
         self.queue: list[np.ndarray] = []
         self.ensemble: list[tuple[int, np.ndarray]] = []  # (start step, chunk (H, A))
         self.t = 0
