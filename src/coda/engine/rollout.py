@@ -170,7 +170,7 @@ def rollout_batch(
 
 def batch_order(specs: Sequence[ScenarioSpec]) -> list[int]:
     """The order to run `specs` in: alike scenes (entity count, then family) next to each other. The policy
-    runs a batch in blocks of one padded shape each (`CodaPolicy._blocks`; after an episode's first chunk, of
+    runs a batch in blocks of one padded shape each (`ChunkPolicy._blocks`; after an episode's first chunk, of
     one entity count), so a batch of alike scenes is one block where an interleaved one is several; no
     episode depends on the order."""
     def alike(spec: Any) -> tuple[int, str]:  # any backend's scenario: what it has of these

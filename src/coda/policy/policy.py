@@ -51,7 +51,7 @@ _LADDER = torch.tensor([4, 8, 8])  # inference pads entities, description and in
 
 
 def _take(extra: Any, idx: Tensor) -> Any:
-    """Rows `idx` of a per-row input of `CodaPolicy._blocks`: a (B, ...) tensor, or a list of per-row values
+    """Rows `idx` of a per-row input of `ChunkPolicy._blocks`: a (B, ...) tensor, or a list of per-row values
     (tensors, or tuples of tensors) stacked into one."""
     if extra is None or isinstance(extra, Tensor):
         return None if extra is None else extra[idx]
@@ -405,9 +405,9 @@ class ChunkPolicy(nn.Module):
         """The next H absolute actions (B, H, A) for each observation (value-guided if configured), with
         observation i's candidates drawn from `generators[i]` (default: the policy's own stream), with
         frame "task" acting on the entity rows `rows[i]` (R,) where given (default: its own pointers' picks),
-        and on the goal's number `values[i]` where given (default: its own reading); `texts[i]`: what
-        `read_instruction` read from observation i's words at an earlier step of its episode (default: read
-        now; the same bits either way). A row does not depend on which other observations share the batch."""
+        and on the goal's number `values[i]` where given (default: its own reading); `texts[i]`: what the
+        encoder read from observation i's words at its episode's first chunk (`chunks_for`; default: read now,
+        the same bits either way). A row does not depend on which other observations share the batch."""
         ob = self._batch(observations)
         n = self.cfg.value_guided_samples
         if n > 0:
