@@ -215,10 +215,9 @@ def test_a_checkpoint_keeps_the_remembered_goals(tmp_path, hashing) -> None:
 
 
 def test_the_layout_prior_learns_the_data_as_collected_not_as_weighted(hashing) -> None:
-    """With `natural_prior`, a sample's gradient to the pointers' layout logits and to the goal number's prior
-    is scaled by (uniform draw probability / its draw probability), so the oversampled source teaches those
-    priors as much as its episodes' share, while its gradient to the language logits, and every logit's value,
-    stay as they are."""
+    """With `natural_prior`, a sample's gradient to the pointers' layout logits is scaled by (uniform draw
+    probability / its draw probability), so the oversampled source teaches the layout prior as much as its
+    episodes' share, while its gradient to the language logits, and every logit's value, stay as they are."""
     from coda.sim.tabletop.env import TabletopEnv
     from coda.sim.tabletop.experts import expert_for
 
@@ -227,7 +226,7 @@ def test_the_layout_prior_learns_the_data_as_collected_not_as_weighted(hashing) 
     for target in ("obj0", "obj0", "obj0", "obj1"):
         spec = _scene(target, TRAIN[target])
         ep = run_expert_episode(env, spec, expert_for(spec))
-        ep.goal_rows, ep.goal_value = _rows(spec), 0.5 if target == "obj0" else 1.0
+        ep.goal_rows = _rows(spec)
         eps.append(ep)
     env.close()
     sources = ["replay", "replay", "replay", "expert"]
@@ -244,16 +243,14 @@ def test_the_layout_prior_learns_the_data_as_collected_not_as_weighted(hashing) 
     policy = build_policy(tiny_cfg(frame="task"), data, hashing)
     idx = torch.nonzero(new).flatten()
 
-    def grads(d: ChunkDataset) -> tuple[Tensor, Tensor, Tensor, float]:
+    def grads(d: ChunkDataset) -> tuple[Tensor, Tensor, float]:
         policy.zero_grad()
         loss, _ = policy(TrainBatch(d.bc_batch(idx)))
         loss.backward()
         flat = lambda m: torch.cat([p.grad.flatten() for p in m.parameters()])  # noqa: E731
-        return (flat(policy.encoder.layout_pointer), flat(policy.encoder.goal.prior), flat(policy.encoder.pointer),
-                float(loss.detach()))
+        return flat(policy.encoder.layout_pointer), flat(policy.encoder.pointer), float(loss.detach())
 
-    lay, prior, lang, loss = grads(data)
-    lay0, prior0, lang0, loss0 = grads(plain)
+    lay, lang, loss = grads(data)
+    lay0, lang0, loss0 = grads(plain)
     assert loss == loss0 and torch.equal(lang, lang0)
     assert torch.allclose(lay, lay0 * share / 0.5, atol=1e-7) and float(lay0.abs().sum()) > 0
-    assert torch.allclose(prior, prior0 * share / 0.5, atol=1e-7) and float(prior0.abs().sum()) > 0

@@ -138,8 +138,7 @@ class GoalValue(nn.Module):
     wording in the training data with a value), its own wording left out, so training sees the evidence an
     unseen wording of a known goal gives; a wording far from everything remembered says little. Prior: from
     the entity the first role points at (its features, e.g. how open the drawer is now), never the words.
-    Where the words are clear they decide; where they are not, the value falls back on what such scenes asked,
-    learned like the pointers' layout prior from the demos as collected (`ObsEncoder.encode`'s `layout_scale`).
+    Where the words are clear they decide; where they are not, the value falls back on what such scenes asked.
     In use (eval mode) a wording that is itself remembered answers with its remembered value: MiniLM puts
     "open the white drawer halfway" at 0.94 of "open the white drawer", too close for the evidence of its
     neighbours to outweigh a prior fitted to fully opened drawers.
@@ -158,13 +157,9 @@ class GoalValue(nn.Module):
         self.memory = embeddings.detach().to(torch.float32).clone()
         self.memory_bin = (values.to(torch.float32).unsqueeze(1) - bins).abs().argmin(dim=1)
 
-    def forward(self, instruction_emb: Tensor, entity: Tensor, prior_scale: Tensor | None = None) -> Tensor:
-        """Logits (B, len(VALUE_BINS)) from the instruction (B, E) and the pointed-to entity's features (B, D).
-        `prior_scale` (B,) (training) scales each sample's gradient to the prior's logits (their values stay)."""
+    def forward(self, instruction_emb: Tensor, entity: Tensor) -> Tensor:
+        """Logits (B, len(VALUE_BINS)) from the instruction (B, E) and the pointed-to entity's features (B, D)."""
         prior = self.prior(entity)
-        if prior_scale is not None:
-            fixed = prior.detach()
-            prior = fixed + prior_scale[:, None] * (prior - fixed)
         if self.memory.shape[0] == 0:
             return prior
         cos = instruction_emb @ self.memory.T  # (B, K)
@@ -314,8 +309,7 @@ class ObsEncoder(nn.Module):
         task frame of the rows `frame_rows` chooses (`rows` (B, R): the goal's own, in training). `values`
         (B,) are the goals' own numbers where known (NaN: none; training): the network reads them in place of
         its own reading of the number, as it reads the goal's rows, so it learns to act on the number it is
-        given while `goal_value` learns to read it. `layout_scale` (B,): see `pointer_logits`; it scales the
-        gradient to the number's prior (what such scenes ask) alike. `text`: what
+        given while `goal_value` learns to read it. `layout_scale` (B,): see `pointer_logits`. `text`: what
         `read_text` gave for these observations' words (read here when None)."""
         pr, ob, rp = stats.normalize_obs(obs)
         if text is None:
@@ -341,7 +335,7 @@ class ObsEncoder(nn.Module):
         if logits is not None:
             p = hard_pointer(logits, used)  # (B, M, R); frame "task": the entities that set the frame
             raw = p.transpose(1, 2) @ torch.cat([rp, ob], dim=-1)  # (B, R, 3 + F): the pointed-to entities' features
-            value_logits = self.goal(obs.instruction_emb, raw[:, 0].detach(), layout_scale)
+            value_logits = self.goal(obs.instruction_emb, raw[:, 0].detach())
             value = value_of(value_logits)  # (B, 1)
             if values is not None:  # the given number, at its bin (as the network's own reading would be)
                 bins = torch.tensor(VALUE_BINS, dtype=value.dtype)
