@@ -127,7 +127,6 @@ class _TrainingCompiler:
         """Φ of the diagnosis' stage plan (the canonical plan if it does not compile) along the failed episode."""
         from coda.engine.round import replay_states
         from coda.shaping.text2potential import PlanRejected, StagedPotential, canonical_plan, try_parse_plan
-        from coda.sim.tabletop.env import TabletopEnv
 
         p = self.probes[eid]
         prog = try_parse_plan(plan_text, p.spec)
@@ -136,7 +135,7 @@ class _TrainingCompiler:
         if isinstance(prog, PlanRejected):
             return []
         if self._env is None:
-            self._env = TabletopEnv(config=self.ctx.cfg.sim)
+            self._env = self.ctx.backend.make_env()
         return [float(x) for x in StagedPotential(prog, p.spec).phis(replay_states(self._env, p.spec, p.actions))]
 
     def compile(self, mode: str, chosen: list[int], program_key: str, count: int

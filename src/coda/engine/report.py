@@ -169,9 +169,9 @@ def render_thumbnails(scenes: list[tuple[int, dict[str, Any]]], sim: dict[str, A
     from coda.sim.config import SimConfig
 
     try:
-        from coda.sim.tabletop.env import TabletopEnv
+        from coda.sim.backends import make_env
 
-        env = TabletopEnv(config=SimConfig.model_validate(sim) if sim else SimConfig())
+        env = make_env(SimConfig.model_validate(sim) if sim else SimConfig())
     except (CodaError, ValueError, RuntimeError, ImportError) as e:
         return {i: f"not rendered: {e}" for i, _ in scenes}
     out: dict[int, bytes | str] = {}
