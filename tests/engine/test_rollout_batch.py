@@ -14,8 +14,7 @@ from coda.config import build_config
 from coda.engine.backend import RoundBackend
 from coda.engine.rollout import evaluate_checkpoint, rollout_batch, rollout_policy
 from coda.policy.checkpoint import load_policy
-from coda.policy.features import padded_sizes
-from coda.policy.policy import _LADDER, INFERENCE_ROWS
+from coda.policy.policy import INFERENCE_ROWS, block_sizes
 from coda.policy.train import train_sft
 from coda.scene.splits import build_split
 from coda.sim.tabletop.validity import sim_check
@@ -85,7 +84,7 @@ def test_words_read_at_an_episodes_first_chunk_give_the_chunks_a_fresh_reading_g
     envs = [TabletopEnv(config=cfg.sim) for _ in scenes]
     obs = [e.reset_to(s)[0] for e, s in zip(envs, scenes)]
     episodes = [policy.episode_actions(i) for i in range(len(scenes))]
-    sizes = (padded_sizes(policy._batch(obs)) + _LADDER - 1) // _LADDER * _LADDER
+    sizes = block_sizes(policy._batch(obs))
     four = sizes[sizes[:, 0] == 4]
     assert len(four) >= 4 and len({tuple(r) for r in four.tolist()}) > 1  # one entity extent, other word counts
     try:

@@ -50,6 +50,12 @@ INFERENCE_ROWS = 16  # observations per inference forward pass; a batch is run i
 _LADDER = torch.tensor([4, 8, 8])  # inference pads entities, description and instruction tokens to multiples
 
 
+def block_sizes(ob: ObsBatch) -> Tensor:
+    """(B, 3) the entity, description-token and instruction-token extents each row is padded to for inference:
+    its own (`padded_sizes`) rounded up to the ladder `_LADDER`."""
+    return (padded_sizes(ob) + _LADDER - 1) // _LADDER * _LADDER
+
+
 def _take(extra: Any, idx: Tensor) -> Any:
     """Rows `idx` of a per-row input of `ChunkPolicy._blocks`: a (B, ...) tensor, or a list of per-row values
     (tensors, or tuples of tensors) stacked into one."""
@@ -321,8 +327,7 @@ class ChunkPolicy(nn.Module):
         rows' values. With `words_read` (`fn` is given what the words read as, `TextRead`, and reads no word
         piece) rows are grouped by their entity extent alone: the token slots are not computed on."""
         b, k = ob.proprio.shape[0], INFERENCE_ROWS
-        sizes = padded_sizes(ob)
-        sizes = (sizes + _LADDER - 1) // _LADDER * _LADDER
+        sizes = block_sizes(ob)
         if words_read:
             sizes[:, 1], sizes[:, 2] = ob.object_tokens.shape[2], ob.instruction_tokens.shape[1]
         out: list[Tensor | None] = [None] * b
@@ -430,22 +435,23 @@ class ChunkPolicy(nn.Module):
         pick and the goal's number (B,) (its bin's value); None for a policy without role pointers."""
         if self.encoder.grounding is None:
             return None
-        both = torch.stack([r for r, _ in self._read_words(observations)])
-        return both[:, :-1].to(torch.long), both[:, -1]
+        read = self._read_words(observations)
+        return torch.stack([r for r, _, _ in read]), torch.stack([v for _, v, _ in read])
 
-    def _read_words(self, observations: Sequence[Mapping[str, Any]]) -> list[tuple[Tensor | None, TextRead]]:
-        """Per observation: the rows the role pointers pick with the goal's number after them ((R + 1,); None
-        without role pointers), and what the actor's encoder reads from the words alone (its `TextRead` row,
-        at the padded shape the observation's blocks always have)."""
+    def _read_words(self, observations: Sequence[Mapping[str, Any]]
+                    ) -> list[tuple[Tensor | None, Tensor | None, TextRead]]:
+        """Per observation: the rows (R,) the role pointers pick, the goal's number () (both None without role
+        pointers), and what the actor's encoder reads from the words alone (its `TextRead` row, at the padded
+        shape the observation's blocks always have)."""
         grounded = self.encoder.grounding is not None
 
-        def read(o: ObsBatch) -> tuple[Tensor | None, TextRead]:
+        def read(o: ObsBatch) -> tuple[Tensor | None, Tensor | None, TextRead]:
             text = self.encoder.read_text(o)
             if not grounded:
-                return None, text
+                return None, None, text
             enc = self.encoder.encode(o, self.stats, text=text)
             rows = enc.rows if enc.rows is not None else enc.pointer.argmax(dim=1)  # type: ignore[union-attr]
-            return torch.cat([rows.to(torch.float32), value_of(enc.goal_value)], dim=1), text
+            return rows, value_of(enc.goal_value)[:, 0], text
 
         return self._block_rows(read, self._batch(observations))
 
@@ -464,10 +470,10 @@ class ChunkPolicy(nn.Module):
         once_value = self.cfg.value_once and self.encoder.grounding is not None
         fresh = [i for i, e in enumerate(episodes) if e.text is None]
         if fresh:
-            for i, (read, text) in zip(fresh, self._read_words([observations[i] for i in fresh])):
+            for i, (rows_i, value_i, text) in zip(fresh, self._read_words([observations[i] for i in fresh])):
                 episodes[i].text = text
-                episodes[i].rows = read[:-1].to(torch.long) if once_rows and read is not None else None
-                episodes[i].value = read[-1] if once_value and read is not None else None
+                episodes[i].rows = rows_i if once_rows else None
+                episodes[i].value = value_i if once_value else None
         rows = torch.stack([e.rows for e in episodes]) if once_rows else None  # type: ignore[misc]
         values = torch.stack([e.value for e in episodes]) if once_value else None  # type: ignore[misc]
         return self.predict_chunks(observations, [e.rng for e in episodes], rows=rows, values=values,
