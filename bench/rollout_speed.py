@@ -10,6 +10,8 @@
   replay, over `--passes` passes; `ratio_to_env` is the median over passes of the rollouts' speed over the
   replay's right after them (a shared machine's speed drifts by more than the gaps measured here: the pairs
   see the same drift), `ratio_to_env_pooled` all rollouts' CPU time over all replays'.
+- one family at a time: each family's scenes alone at the chosen batch (`ratio_to_env_one_family`), as the
+  engine runs them (a policy is one family's), each family's rollouts followed by their replay.
 - two workers: the scenes twice over at the chosen batch in one process and on two worker processes that take
   scenes from one shared queue as their envs free (`executor.map_queue`, what `evaluate_checkpoint` runs), all
   with their policy, envs and the scenes' words loaded before the clock starts (wall time from the first
@@ -71,12 +73,12 @@ def make_checkpoint(work: Path, steps: int) -> Path:
     return ckpt
 
 
-def eval_scenes(per_family: int) -> list[ScenarioSpec]:
+def eval_scenes(per_family: int, families: tuple[str, ...] = FAMILIES) -> list[ScenarioSpec]:
     """`per_family` valid evaluation scenes of each family's sft split (seed 1), families interleaved."""
     from coda.scene.splits import build_split
     from coda.sim.tabletop.validity import sim_check
 
-    by_fam = [build_split(fam, "sft", per_family, seed=1, check=sim_check).valid for fam in FAMILIES]
+    by_fam = [build_split(fam, "sft", per_family, seed=1, check=sim_check).valid for fam in families]
     return [s for group in zip(*by_fam) for s in group]
 
 
@@ -108,6 +110,28 @@ def _rollouts(specs: list[ScenarioSpec], batch: int, max_steps: int | None = Non
     with torch.no_grad():
         out = rollout_batch(_W["envs"][:batch], _W["policy"], specs, record_states=False, max_steps=max_steps)
     return out, time.process_time() - c0, time.perf_counter() - w0
+
+
+def one_family(per_family: int, batch: int, passes: int) -> dict[str, Any]:
+    """Each family's scenes alone at `batch` (as the engine runs them: a policy is one family's), each
+    family's rollouts followed by the bare env replaying their actions; per pass, all families' rollout CPU
+    time over their replays'. Median over passes, each pass, and whether every pass gave the same episodes."""
+    by_fam = {fam: eval_scenes(per_family, (fam,)) for fam in FAMILIES}
+    _embed([s for group in by_fam.values() for s in group])
+    per_pass, ref, identical, steps = [], {}, True, 0
+    for _ in range(passes):
+        roll_cpu = replay_cpu = 0.0
+        for fam, specs in by_fam.items():
+            rollouts, c, _ = _rollouts(specs, batch)
+            if fam not in ref:
+                ref[fam] = rollouts
+                steps += sum(r.length for r in rollouts)
+            identical &= all(np.array_equal(a.actions, r.actions) for a, r in zip(ref[fam], rollouts))
+            roll_cpu += c
+            replay_cpu += _replay(specs, [r.actions for r in ref[fam]])
+        per_pass.append(replay_cpu / roll_cpu)
+    return {"ratio_to_env": float(np.median(per_pass)), "per_pass": per_pass, "scenes_per_family": per_family,
+            "control_steps": steps, "identical_episodes": bool(identical)}
 
 
 def _embed(specs: list[ScenarioSpec]) -> float:
@@ -256,6 +280,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     env_steps = args.passes * len(BATCHES) * total / replay_cpu
     paired = {f"batch_{b}": float(np.median(v)) for b, v in pair_ratio.items()}
     console.print(f"bare env: {env_steps:7.0f} steps per CPU second")
+    console.print(f"one family at a time, batch {args.batch} ...")
+    alone = one_family(8 if args.fast else 32, args.batch, args.passes)
+    console.print(f"one family at a time: {alone['ratio_to_env']:.2f}x the replays after them "
+                  f"(passes {', '.join(f'{v:.2f}' for v in alone['per_pass'])})")
     console.print(f"two workers at batch {args.batch} ...")
     par = two_workers(str(ckpt), specs * 2, args.batch)  # twice over: each worker fills whole batches for longer
     e2e = end_to_end(ckpt, specs, args.batch)
@@ -270,6 +298,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratio_to_env_batch_1": paired["batch_1"],
         "ratio_to_env_pooled": chosen / env_steps,  # all passes' policy CPU over all replays' CPU
         "ratio_to_env_per_pass": {f"batch_{b}": v for b, v in pair_ratio.items()},
+        "ratio_to_env_one_family": alone["ratio_to_env"],  # each family's scenes alone, as the engine runs them
+        "one_family": alone,
         "two_workers_speedup": par["speedup"],
         "two_workers": par,
         "end_to_end_s": e2e,
@@ -291,10 +321,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for b in BATCHES:
         table.add_row(f"policy steps / CPU s, batch {b}",
                       f"{steps_s[f'batch_{b}']:.0f} ({paired[f'batch_{b}']:.2f}x env, median of passes)")
+    table.add_row(f"one family at a time, batch {args.batch}", f"{alone['ratio_to_env']:.2f}x env, median of passes")
     table.add_row(f"two workers vs one (batch {args.batch})", f"{par['speedup']:.2f}x")
     if on_ray:
         table.add_row("Ray / local pool wall time (2 workers)", f"{on_ray['ray_over_local']:.2f}x")
-    table.add_row("identical episodes at every batch", str(identical))
+    table.add_row("identical episodes at every batch", str(identical and alone["identical_episodes"]))
     console.print(table)
     return result
 

@@ -48,6 +48,12 @@ def test_observations_stack_with_any_entity_count(hashing) -> None:
     assert b.object_mask.sum(1).tolist() == [3, 5]
     assert not b.object_emb[0, 3:].any(), "padding slots embed to zeros"
     assert b.object_mask[:, :3].all() and not b.object_mask[0, 3:].any()
+    light = obs_to_batch([o3, o5], hashing, word_pieces=False)  # what a policy that has read the words needs
+    assert light.object_tokens.shape == (2, 5, 1, 384) and light.instruction_tokens.shape == (2, 1, 384)
+    assert not light.object_token_mask.any() and not light.instruction_token_mask.any()
+    assert b.object_token_mask.any() and b.instruction_token_mask.any()
+    for name in ("proprio", "objects", "object_mask", "object_emb", "instruction_emb"):
+        assert torch.equal(getattr(light, name), getattr(b, name)), name
 
 
 @pytest.mark.parametrize(

@@ -119,8 +119,10 @@ def validate_obs(obs: Mapping[str, Any], where: str = "observation") -> tuple[np
     return proprio, objects, mask, [str(t) for t in text], instruction
 
 
-def obs_to_batch(observations: Sequence[Mapping[str, Any]], text: TextEmbedder) -> ObsBatch:
+def obs_to_batch(observations: Sequence[Mapping[str, Any]], text: TextEmbedder, word_pieces: bool = True) -> ObsBatch:
     """Stack env observations (any number of entities each) into an ObsBatch, padding M to the largest.
+    Without `word_pieces` the word-piece fields hold one masked-out zero slot per text (J = L = 1): for a
+    caller that already has what the words read as and reads no word piece.
 
     Raises:
         ObservationError: an observation breaks the contract, or P/F differ between observations.
@@ -146,8 +148,12 @@ def obs_to_batch(observations: Sequence[Mapping[str, Any]], text: TextEmbedder) 
         obj_text[i * m_max : i * m_max + m] = [t if k else "" for t, k in zip(tx[:m], mk[:m])]
     emb = text.encode(obj_text).reshape(b, m_max, -1)
     instr = text.encode([p[4] for p in parts])
-    obj_tok, obj_tok_mask = pad_tokens(text.encode_tokens(obj_text), text.dim)
-    ins_tok, ins_tok_mask = pad_tokens(text.encode_tokens([p[4] for p in parts]), text.dim)
+    if word_pieces:
+        obj_tok, obj_tok_mask = pad_tokens(text.encode_tokens(obj_text), text.dim)
+        ins_tok, ins_tok_mask = pad_tokens(text.encode_tokens([p[4] for p in parts]), text.dim)
+    else:
+        obj_tok, obj_tok_mask = np.zeros((b * m_max, 1, text.dim), np.float32), np.zeros((b * m_max, 1), bool)
+        ins_tok, ins_tok_mask = np.zeros((b, 1, text.dim), np.float32), np.zeros((b, 1), bool)
     return ObsBatch(
         torch.from_numpy(proprio),
         torch.from_numpy(objects),

@@ -294,11 +294,12 @@ class ChunkPolicy(nn.Module):
 
     # ---- inference ------------------------------------------------------------------------------------
 
-    def _batch(self, obs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | ObsBatch) -> ObsBatch:
+    def _batch(self, obs: Mapping[str, Any] | Sequence[Mapping[str, Any]] | ObsBatch,
+               word_pieces: bool = True) -> ObsBatch:
         if isinstance(obs, ObsBatch):
             ob = obs
         else:
-            ob = obs_to_batch([obs] if isinstance(obs, Mapping) else list(obs), self.text)
+            ob = obs_to_batch([obs] if isinstance(obs, Mapping) else list(obs), self.text, word_pieces)
         if ob.proprio.shape[-1] != self.dims.proprio or ob.objects.shape[-1] != self.dims.object_features:
             raise PolicyUsageError(
                 f"observation has P={ob.proprio.shape[-1]}, F={ob.objects.shape[-1]} but the policy was built for "
@@ -413,8 +414,8 @@ class ChunkPolicy(nn.Module):
         and on the goal's number `values[i]` where given (default: its own reading); `texts[i]`: what the
         encoder read from observation i's words at its episode's first chunk (`chunks_for`; default: read now,
         the same bits either way). A row does not depend on which other observations share the batch."""
-        ob = self._batch(observations)
         n = self.cfg.value_guided_samples
+        ob = self._batch(observations, word_pieces=n > 0 or texts is None)  # read words: no word piece is read again
         if n > 0:
             self._require_critic("value-guided selection")
             eps = self._noise(ob.proprio.shape[0], n, generators)
