@@ -1,5 +1,6 @@
-"""Registries find implementations that installed packages declare by entry point: a third backend is added
-without editing the engine (`coda.engine.backend.BACKENDS`, `coda.sim.backends.BACKENDS`)."""
+"""Registries find implementations that installed packages declare by entry point: a third simulator backend
+is added without editing the engine (`coda.sim.backends.BACKENDS`; the engine's round-loop extensions,
+`coda.engine.backend.BACKENDS`, are optional)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from coda.errors import RegistryError
 from coda.registry import Registry
 
 TOY = '''
-from coda.engine.backend import RoundBackend
-
 LOADS = []
 
 
@@ -24,14 +23,32 @@ class ToyEnv:
         self.spec, self.config = spec, config
 
 
-class ToyBackend(RoundBackend):
+class ToySim:
     name = "toy"
 
-    @classmethod
-    def round_env(cls, sim):
-        return ToyEnv(config=sim)
+    def scenario_from_dict(self, data):
+        return dict(data)
+
+    def make_env(self, config, spec=None, **kwargs):
+        return ToyEnv(spec, config)
+
+    def target_env(self, config):
+        return ToyEnv(config=config)
+
+    def expert(self, spec, env, config):
+        return ("expert", spec)
+
+    def rollout_expert(self, env, spec, max_steps=None):
+        raise NotImplementedError
+
+    def check(self, spec, env=None):
+        return bool(spec.get("ok")), "" if spec.get("ok") else "not ok", None
+
+    def predicates(self, spec, first_state=None):
+        return "toy predicates"
 
 
+BACKEND = ToySim()
 LOADS.append("imported")
 '''
 
@@ -43,9 +60,8 @@ def declared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[n
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "toy_backend", raising=False)
     extra = {
-        "coda.sim_backends": [md.EntryPoint("toy", "toy_backend:ToyEnv", "coda.sim_backends")],
-        "coda.backends": [md.EntryPoint("toy", "toy_backend:ToyBackend", "coda.backends"),
-                          md.EntryPoint("broken", "toy_backend:Missing", "coda.backends")],
+        "coda.sim_backends": [md.EntryPoint("toy", "toy_backend:BACKEND", "coda.sim_backends"),
+                              md.EntryPoint("broken", "toy_backend:Missing", "coda.sim_backends")],
     }
     installed = md.entry_points
 
@@ -63,43 +79,57 @@ def declared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[n
 
 
 def test_a_declared_implementation_is_listed_and_imported_on_first_use(declared) -> None:  # type: ignore[no-untyped-def]
-    backend, _ = declared
-    assert "toy" in backend.BACKENDS.names() and "toy" in backend.BACKENDS and "toy_backend" not in sys.modules
-    cls = backend.BACKENDS.get("toy")
-    assert cls.__name__ == "ToyBackend" and sys.modules["toy_backend"].LOADS == ["imported"]
-    assert backend.BACKENDS.get("toy") is cls and sys.modules["toy_backend"].LOADS == ["imported"]  # imported once
-    with pytest.raises(RegistryError, match=r"round backend 'broken' \(entry point 'toy_backend:Missing' of group "
-                                            r"'coda.backends'\) failed to import"):
-        backend.BACKENDS.get("broken")
-    with pytest.raises(RegistryError, match=r"Unknown round backend 'isaac'. Available: \['broken', 'libero', "
+    _, backends = declared
+    assert "toy" in backends.BACKENDS.names() and "toy" in backends.BACKENDS and "toy_backend" not in sys.modules
+    sim = backends.BACKENDS.get("toy")
+    assert type(sim).__name__ == "ToySim" and sys.modules["toy_backend"].LOADS == ["imported"]
+    assert backends.BACKENDS.get("toy") is sim and sys.modules["toy_backend"].LOADS == ["imported"]  # imported once
+    assert isinstance(sim, backends.SimBackend)  # the typed contract, checked member by member
+    with pytest.raises(RegistryError, match=r"sim backend 'broken' \(entry point 'toy_backend:Missing' of group "
+                                            r"'coda.sim_backends'\) failed to import"):
+        backends.BACKENDS.get("broken")
+    with pytest.raises(RegistryError, match=r"Unknown sim backend 'isaac'. Available: \['broken', 'libero', "
                                             r"'tabletop', 'toy'\]"):
-        backend.BACKENDS.get("isaac")
+        backends.sim_backend("isaac")
 
 
 def test_a_third_backend_runs_through_the_engine_without_editing_it(declared) -> None:  # type: ignore[no-untyped-def]
+    """Declared once, as a simulator backend, it gets the generic round backend: envs, expert, scene records
+    and validity checks all come from it, and its predicates are what stages bind to."""
     from coda.config import build_config
+    from coda.engine.backend import RoundBackend
+    from coda.shaping.stages import make_context
     from coda.sim.config import SimConfig
 
     backend, backends = declared
     cfg = build_config("tiny", overrides=["sim.backend=toy"])
     rb = backend.backend_for(cfg)
-    assert type(rb).__name__ == "ToyBackend"
+    assert type(rb) is RoundBackend and rb.name == "toy"
     env = backend.round_env(cfg.sim)  # what rollout workers call
     assert type(env).__name__ == "ToyEnv" and env.config.backend == "toy"
     assert type(rb.make_env()).__name__ == "ToyEnv"
+    assert rb.expert({"id": 1}, env) == ("expert", {"id": 1})
+    assert rb.scenario_from_dict({"a": 1}) == {"a": 1}
+    assert rb.check_many([{"ok": True}, {"ok": False}]) == [(True, ""), (False, "not ok")]
     assert type(backends.make_env(SimConfig(backend="toy"))).__name__ == "ToyEnv"
-    with pytest.raises(ValueError, match="unknown simulator backend 'isaac'. Available: \\['libero', 'tabletop', 'toy'\\]"):
+    assert make_context(None, rb.sim.predicates(None), kinds={"a": "object"}).P == "toy predicates"
+    with pytest.raises(RegistryError, match=r"Unknown sim backend 'isaac'"):
+        backend.round_backend_class("isaac")
+    with pytest.raises(ValueError, match="unknown simulator backend 'isaac'. Available: \\['broken', 'libero', 'tabletop', 'toy'\\]"):
         SimConfig(backend="isaac")
 
 
 def test_this_package_declares_libero_by_entry_point() -> None:
-    from coda.engine.backend import BACKENDS
+    from coda.engine.backend import BACKENDS, round_backend_class
     from coda.engine.strategies import STREAMS
     from coda.sim.backends import BACKENDS as SIM
+    from coda.sim.backends import SimBackend
 
-    assert BACKENDS.get("libero").__name__ == "LiberoBackend"
+    assert round_backend_class("libero").__name__ == "LiberoBackend" and BACKENDS.names() == ["libero"]
+    assert round_backend_class("tabletop").__name__ == "RoundBackend"  # the generic one: no extension
     assert STREAMS.get("libero").__name__ == "libero_stream"
-    assert SIM.get("libero").__name__ == "LiberoEnv"
+    assert type(SIM.get("libero")).__name__ == "LiberoBackend" and isinstance(SIM.get("libero"), SimBackend)
+    assert isinstance(SIM.get("tabletop"), SimBackend)
 
 
 def test_a_registry_without_a_group_lists_only_what_was_registered() -> None:

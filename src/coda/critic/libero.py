@@ -42,7 +42,6 @@ from coda.critic.base import EpisodeRecord
 from coda.critic.diagnosis import CriticResult, Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.libero_factors import (
     LiberoDiagnosisError,
-    bddl_regions,
     scenario_factors,
     swap_partner,
     transplant_factor,
@@ -56,9 +55,10 @@ from coda.shaping.text2potential import PROGRESS_CAP, PlanRejected, StagedPotent
 from coda.sim.libero import suites as S
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.experts import pick_place_task
-from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds
+from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds, libero_predicates
 from coda.sim.libero.scenario import LiberoScenario
 from coda.sim.libero.state import SKIPPED_FIXTURES, LiberoState, category_words
+from coda.sim.libero.suites import bddl_regions
 
 REGROUP_STEPS = 3  # a grasp lost for fewer states than this and taken again is one grasp (contacts flicker)
 
@@ -112,14 +112,6 @@ def libero_entities(scenario: LiberoScenario, first: LiberoState | None = None) 
         cats = {**S.bddl_objects(text), **fixtures}
         names, words = tuple(cats), {n: category_words(c) for n, c in cats.items()}
     return NamedEntities(kinds=libero_kinds(goal, regions, names), words=words)
-
-
-def libero_predicates(first: LiberoState, scenario: LiberoScenario) -> LiberoPredicates:
-    """LIBERO's stage predicates for episodes of `scenario`: the table top read from `first` (an episode's
-    initial state), `in` / `on` of the BDDL goal pair its own `check_success()`. Raises LiberoError for a goal
-    that is not one `in` / `on`."""
-    text = scenario.bddl_text()
-    return LiberoPredicates.for_state(first, goal_pair(S.bddl_goal(text), bddl_regions(text), first.names))
 
 
 def libero_plan_potential(plan: str, first: LiberoState, scenario: LiberoScenario) -> StagedPotential:
@@ -478,12 +470,10 @@ __all__ = [
     "LiberoPrivilegedCritic",
     "LiberoRelease",
     "LiberoTraceFacts",
-    "bddl_regions",
     "classify",
     "libero_entities",
     "libero_plan_potential",
     "libero_potential",
-    "libero_predicates",
     "libero_trace_facts",
     "try_libero_plan",
     "relevant_factors",

@@ -17,6 +17,7 @@ import numpy as np
 
 from coda.critic.diagnosis import SceneFactor
 from coda.sim.libero import suites as S
+from coda.sim.libero.suites import bddl_regions
 from coda.sim.libero.bddl_edit import region_ranges
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.operators import init_regions
@@ -37,11 +38,6 @@ _NUM = r"-?\d+(?:\.\d*)?(?:[eE]-?\d+)?"
 def _region_names(text: str) -> dict[str, str]:
     """Init reference (`floor_target_object_region`) -> region name (`target_object_region`)."""
     return {f"{target}_{name}": name for name, target in _REGION.findall(text)}
-
-
-def bddl_regions(text: str) -> dict[str, dict[str, str]]:
-    """The BDDL regions as LIBERO's parser keys them: `basket_1_contain_region` -> {"target": "basket_1"}."""
-    return {f"{target}_{name}": {"target": target} for name, target in _REGION.findall(text)}
 
 
 def _rect_span(text: str, region: str) -> tuple[int, int] | None:
@@ -238,7 +234,6 @@ def _with_factor_of(text: str, src: str, official: str, factor: SceneFactor, *, 
 
 __all__ = [
     "LiberoDiagnosisError",
-    "bddl_regions",
     "scenario_factors",
     "swap_partner",
     "transplant_factor",

@@ -43,7 +43,6 @@ from coda.critic.diagnosis import Diagnosis, SceneFactor
 from coda.critic.libero import (
     LiberoTraceFacts,
     libero_entities,
-    libero_predicates,
     libero_trace_facts,
     swap_partner,
     transplant_factor,
@@ -58,6 +57,7 @@ from coda.errors import CodaError
 from coda.shaping.config import ShapingConfig
 from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time
 from coda.sim.libero.errors import LiberoError
+from coda.sim.libero.predicates import libero_predicates
 from coda.sim.libero.scenario import LiberoScenario
 
 LiberoPolicySuccess = Callable[[LiberoScenario], bool]

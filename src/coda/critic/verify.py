@@ -60,6 +60,8 @@ from coda.errors import CodaError
 from coda.scene.spec import ScenarioSpec
 from coda.shaping.config import ShapingConfig
 from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time, try_parse_plan
+from coda.sim.backends import SimBackend, sim_backend
+from coda.sim.config import SimConfig
 
 PolicySuccess = Callable[[ScenarioSpec], bool]
 
@@ -221,9 +223,11 @@ class Verifier(VerifierFlow):
             verify_demos, demo_steps).
         shaping: shaping config (min_rank_corr for check c).
         require: the checks a verdict needs to pass.
-        env_factory: builds the simulator env for expert demonstrations (default: a TabletopEnv).
-        predicates: predicate module (default: the tabletop simulator's).
+        env_factory: builds the simulator env for expert demonstrations (default: `sim`'s, default settings).
+        predicates: predicate module (default: the default simulator backend's, `coda.shaping.stages`).
         seed: seed of the counterfactual scene edits and demo perturbations.
+        sim: the simulator backend whose expert makes the demonstrations (`coda.sim.backends`; default: the
+            default backend).
 
     Raises:
         VerifyError: an unknown check name in `require`.
@@ -238,6 +242,7 @@ class Verifier(VerifierFlow):
         env_factory: Callable[[], Any] | None = None,
         predicates: Any = None,
         seed: int = 0,
+        sim: SimBackend | None = None,
     ) -> None:
         bad = [r for r in require if r not in CHECKS]
         if bad:
@@ -248,6 +253,7 @@ class Verifier(VerifierFlow):
         self.env_factory = env_factory
         self.predicates = predicates
         self.seed = seed
+        self.sim = sim or sim_backend()
         self._env: Any = None
         self._demos: dict[str, list[Any]] = {}
 
@@ -408,20 +414,15 @@ class Verifier(VerifierFlow):
         if key in self._demos:
             return self._demos[key]
         from coda.scene.operators import derive
-        from coda.sim.tabletop.experts import rollout_expert
 
         if self._env is None:
-            if self.env_factory is not None:
-                self._env = self.env_factory()
-            else:
-                from coda.sim.tabletop.env import TabletopEnv
-
-                self._env = TabletopEnv()
+            own = SimConfig(backend=self.sim.name)
+            self._env = self.env_factory() if self.env_factory is not None else self.sim.make_env(own)
         rng = np.random.default_rng(_seed(self.seed, key))
         scenes = [spec] + [derive(rng, spec, [("move_robot_start", {})]) for _ in range(self.cfg.verify_demos - 1)]
         demos = []
         for s in scenes:
-            ep = rollout_expert(self._env, s, max_steps=self.cfg.demo_steps)
+            ep = self.sim.rollout_expert(self._env, s, max_steps=self.cfg.demo_steps)
             if ep.success:
                 demos.append(ep.states)
         self._demos[key] = demos

@@ -5,10 +5,10 @@ every backend; everything that depends on what a scene *is* goes through a `Roun
 
 | method | what it gives the loop |
 | --- | --- |
-| `scenario_from_dict` | a stored scene record back as a scene (`spec_id`, `family`, `to_dict()`) |
-| `make_env` | an env acting in CoDA's 5-D targets (`reset_to`, `step`, `state`, `get_state`, `set_state`) |
-| `expert` | the scripted expert of a scene, acting in targets (demos, corrective labels) |
-| `check`, `check_many` | validity of a generated scene: (valid, reason); of many, in order |
+| `scenario_from_dict` | a stored scene record back as a scene (`spec_id`, `family`, `to_dict()`); the simulator's |
+| `make_env` | an env acting in CoDA's 5-D targets (`reset_to`, `step`, `state`, `get_state`, `set_state`); the simulator's `target_env` |
+| `expert` | the scripted expert of a scene, acting in targets (demos, corrective labels); the simulator's |
+| `check`, `check_many` | validity of a generated scene: (valid, reason), the simulator's check; of many, in order |
 | `round_episodes` | the train phase's demos and replays (`EpisodeJob`s) with Φ, in order |
 | `phis` | Φ along an episode's states (the scene's canonical staged potential, or a mode's) |
 | `build_split` | round 0: the training scenes and the fixed evaluation splits of a family |
@@ -29,10 +29,13 @@ workers or where they run. Close a backend (or use it as a context manager) to s
 batches (`check_many`, which a backend may spread over worker processes) until `n` are valid; what it keeps
 is what checking one candidate at a time would keep.
 
-`backend_for(cfg)` returns the configured one from `BACKENDS`: `tabletop` (CoDA's own simulator) is
-registered here; any other is declared by its package under the entry-point group `coda.backends` — this
-package declares `libero`, LIBERO / LIBERO-PRO (`coda.engine.libero.LiberoBackend`) — and imported when a
-run asks for it. `round_env(sim)` is the configured backend's `round_env`, the env worker processes make.
+`backend_for(cfg)` returns the configured one: the simulator backend `cfg.sim.backend` is found in
+`coda.sim.backends.BACKENDS` (its typed contract, `SimBackend`: scenes, envs, expert, validity, predicates;
+the tabletop is registered there, other simulators are declared by entry point), and the round backend over
+it is the generic `RoundBackend` unless the backend declares a round-loop extension under the entry-point
+group `coda.backends` — this package declares `libero`, LIBERO / LIBERO-PRO
+(`coda.engine.libero.LiberoBackend`: its splits, planner, critic and verifier). `round_env(sim)` is the
+backend's `target_env`, the env worker processes make.
 """
 
 from __future__ import annotations
@@ -56,15 +59,18 @@ GOAL_ROLES = 2  # roles a goal names: what is moved, where it goes (coda.policy.
 
 
 class RoundBackend:
-    """The tabletop backend; other backends subclass it and override what differs."""
-
-    name = "tabletop"
+    """The round loop's side of a simulator backend, over its `SimBackend` (`self.sim`); a backend whose
+    rounds differ subclasses it and overrides what differs."""
     eval_splits: tuple[str, ...] = ("sft", "position", "instruction", "task", "object", "distractor", "physics")
     measure_keyframes = 3  # keyframes kept per failed evaluation episode
     verify_base_split = "sft"  # the round-0 split whose scenes the counterfactual check edits
 
     def __init__(self, cfg: "CodaConfig", executor: Any = None) -> None:
+        from coda.sim.backends import sim_backend
+
         self.cfg = cfg
+        self.sim = sim_backend(cfg.sim.backend)  # the simulator's side of the contract
+        self.name = self.sim.name
         self._executor = executor  # None: one made from `cfg.runtime` when first needed, closed with this backend
         self._own_executor = executor is None
         self._pool: Any = None
@@ -107,20 +113,15 @@ class RoundBackend:
     # -- scenes -------------------------------------------------------------------------------------
 
     def scenario_from_dict(self, data: dict[str, Any]) -> Any:
-        from coda.scene.spec import ScenarioSpec
-
-        return ScenarioSpec.from_dict(data)
+        return self.sim.scenario_from_dict(data)
 
     def check(self, spec: Any) -> tuple[bool, str]:
         ok, reason, _ = self.check_in(None, spec)
         return ok, reason
 
     def check_in(self, env: Any, spec: Any) -> tuple[bool, str, Any]:
-        """(valid, reason, details) of a scene, checked in a worker's `env` where the backend needs one (the
-        tabletop's check builds its own model)."""
-        from coda.sim.tabletop.validity import sim_check
-
-        return sim_check(spec)
+        """(valid, reason, details) of a scene, checked in a worker's `env` where the simulator needs one."""
+        return self.sim.check(spec, env)
 
     def check_many(self, specs: Sequence[Any]) -> list[tuple[bool, str]]:
         """`check` of each scene, in order (across the workers when there are several)."""
@@ -159,9 +160,8 @@ class RoundBackend:
     def build_split(self, family: str, name: str, split: str, n: int, seed: int) -> tuple[list[Any], list[tuple[Any, str]]]:
         """(valid scenes, [(rejected scene, reason)]) of one split (`name` "train" is the SFT training set)."""
         from coda.scene.splits import build_split
-        from coda.sim.tabletop.validity import sim_check
 
-        res = build_split(family, split, n, seed, check=sim_check, workers=self.workers,
+        res = build_split(family, split, n, seed, check=self.sim.check, workers=self.workers,
                           check_many=self._check_details if self.workers > 1 else None)
         return list(res.valid), [(r.spec, r.reason) for r in res.rejected]
 
@@ -187,17 +187,15 @@ class RoundBackend:
     @classmethod
     def round_env(cls, sim: "SimConfig") -> Any:
         """An env of this backend acting in 5-D targets (`sim` its settings); worker processes make theirs here."""
-        from coda.sim.tabletop.env import TabletopEnv
+        from coda.sim.backends import sim_backend
 
-        return TabletopEnv(config=sim)
+        return sim_backend(sim.backend).target_env(sim)
 
     def make_env(self) -> Any:
         return self.round_env(self.cfg.sim)
 
     def expert(self, spec: Any, env: Any) -> Any:
-        from coda.sim.tabletop.experts import expert_for
-
-        return expert_for(spec, self.cfg.sim.expert_chunk)
+        return self.sim.expert(spec, env, self.cfg.sim)
 
     def collect_demos(self, specs: Sequence[Any], out_dir: Any) -> Any:
         """Expert demos in `specs` (canonical Φ, wordings and goal labels attached) into the dataset directory
@@ -265,7 +263,7 @@ class RoundBackend:
     def make_verifier(self, env: Any, seed: int) -> Any:
         from coda.critic.verify import Verifier
 
-        return Verifier(self.cfg.critic, self.cfg.shaping, env_factory=lambda: env, seed=seed)
+        return Verifier(self.cfg.critic, self.cfg.shaping, env_factory=lambda: env, seed=seed, sim=self.sim)
 
     def verify_many(self, env: Any, checkpoint: Any, seed: int, jobs: Sequence[tuple[Any, Any]],
                     base_scenes: Sequence[Any]) -> list[Any]:
@@ -344,13 +342,23 @@ def _verify_job(job: tuple[Any, int, Any, Any, list[Any]]) -> Any:
 
 def round_env(sim: "SimConfig") -> Any:
     """An env of `sim.backend` acting in 5-D targets, as rollouts, demos and replays use it."""
-    return BACKENDS.get(sim.backend).round_env(sim)
+    return round_backend_class(sim.backend).round_env(sim)
 
 
-# Round backends by `sim.backend`: the tabletop here, others declared by entry point (group "coda.backends",
-# e.g. `libero = "coda.engine.libero:LiberoBackend"` in pyproject.toml), so adding one edits no engine code.
+# Round-loop extensions by simulator backend name: a backend whose rounds need more than the generic
+# `RoundBackend` over its `SimBackend` declares a subclass under the entry-point group "coda.backends" (e.g.
+# `libero = "coda.engine.libero:LiberoBackend"` in pyproject.toml). Backends are found in the simulator
+# registry (`coda.sim.backends.BACKENDS`); one without an extension runs on the generic round backend.
 BACKENDS: Registry[type[RoundBackend]] = Registry("round backend", entry_points="coda.backends")
-BACKENDS.register("tabletop", RoundBackend)
+
+
+def round_backend_class(name: str) -> type[RoundBackend]:
+    """The round backend class of the simulator backend `name`: its extension where one is declared, else
+    the generic `RoundBackend`. Raises RegistryError naming the simulator backends when `name` is none."""
+    from coda.sim.backends import sim_backend
+
+    sim_backend(name)  # the simulator registry names the backends that exist
+    return BACKENDS.get(name) if name in BACKENDS else RoundBackend
 
 
 class PolicySuccess:
@@ -504,8 +512,8 @@ def valid_scenes(backend: RoundBackend, stream: Iterator[Any], n: int, max_tries
 def backend_for(cfg: "CodaConfig", executor: Any = None) -> RoundBackend:
     """The round backend of `cfg.sim.backend` (RegistryError naming the known ones otherwise), running its
     parallel jobs on `executor` (default: one of `cfg.runtime`'s own)."""
-    return BACKENDS.get(cfg.sim.backend)(cfg, executor)
+    return round_backend_class(cfg.sim.backend)(cfg, executor)
 
 
-__all__ = ["BACKENDS", "Drawn", "EpisodeJob", "PolicySuccess", "RoundBackend", "backend_for", "round_env",
+__all__ = ["BACKENDS", "Drawn", "EpisodeJob", "PolicySuccess", "RoundBackend", "backend_for", "round_backend_class", "round_env",
            "run_episode_job", "valid_scenes"]

@@ -42,12 +42,11 @@ import numpy as np
 from coda.critic.libero import libero_potential
 from coda.engine.backend import RoundBackend
 from coda.sim.libero.scenario import LiberoScenario, base_suite
-from coda.sim.libero.targets import TargetActionEnv, TargetExpert
+from coda.sim.libero.targets import LiberoRoundEnv, RelabellingExpert
 
 if TYPE_CHECKING:
     from coda.config import CodaConfig
     from coda.engine.context import RunContext
-    from coda.sim.config import SimConfig
 
 SPLIT_SUITES = {"sft": "", "position": "_swap", "instruction": "_lan", "task": "_task"}  # eval split -> suffix
 # Single edits a probe or an exploration scene makes (operator, arguments).
@@ -67,47 +66,6 @@ FACTOR_EDITS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
     "task": (("change_task", {}),),
 }
 MAX_TRIES = 20  # consecutive edits a stream may fail to apply before it ends
-
-
-class LiberoRoundEnv(TargetActionEnv):
-    """A `LiberoEnv` acting in 5-D targets, as the round loop uses envs: `get_state` snapshots are counted
-    (a relabelling expert restarts its plan at each one), and `render` takes tabletop camera names."""
-
-    def __init__(self, sim: "SimConfig | None" = None) -> None:
-        from coda.sim.config import SimConfig
-        from coda.sim.libero.env import LiberoEnv
-
-        super().__init__(LiberoEnv(config=sim or SimConfig(backend="libero")))
-        self.snapshots = 0
-
-    def get_state(self) -> Any:
-        self.snapshots += 1
-        return self.env.get_state()
-
-    def render(self, camera: str = "agentview", size: int | None = None) -> np.ndarray:
-        return self.env.render("agentview" if camera == "front" else camera, size)
-
-    def close(self) -> None:
-        self.env.close()
-
-
-class RelabellingExpert:
-    """The scripted expert in targets, replanned from the current state whenever the env was snapshotted
-    since its last action: corrective labels start from a failure state, not from the expert's old plan."""
-
-    def __init__(self, env: LiberoRoundEnv) -> None:
-        self.env = env
-        self.inner = TargetExpert(env)
-        self._seen = -1
-
-    def reset(self) -> None:
-        self.inner.reset()
-        self._seen = self.env.snapshots
-
-    def act(self, state: Any) -> np.ndarray:
-        if self._seen != self.env.snapshots:
-            self.reset()
-        return self.inner.act(state)
 
 
 # ---- generation --------------------------------------------------------------------------------------
@@ -180,7 +138,6 @@ def _demo_part(job: tuple[dict[str, Any], list[dict[str, Any]]]) -> tuple[list[A
 class LiberoBackend(RoundBackend):
     """LIBERO / LIBERO-PRO behind the round loop (see the module docstring)."""
 
-    name = "libero"
     eval_splits = tuple(SPLIT_SUITES)
     measure_keyframes = 0  # the privileged critic reads states; camera frames cost 60-90 ms each on llvmpipe
     verify_base_split = "train"  # counterfactual base scenes: training scenes, never evaluation ones
@@ -196,27 +153,14 @@ class LiberoBackend(RoundBackend):
         super().__init__(cfg, executor)
         self._check_env: Any = None
 
-    def scenario_from_dict(self, data: dict[str, Any]) -> LiberoScenario:
-        return LiberoScenario.from_dict(data)
-
-    def check(self, spec: Any) -> tuple[bool, str]:
-        from coda.sim.libero.env import LiberoEnv
-        from coda.sim.libero.validity import check_scenario
-
-        if self._check_env is None:
-            self._check_env = LiberoEnv(config=self.cfg.sim)
-        v = check_scenario(self._check_env, spec)
-        return v.valid, v.reason
-
     def check_in(self, env: Any, spec: Any) -> tuple[bool, str, Any]:
-        """A scene's validity, checked in a worker's round env (it loads, settles, and the expert solves it)."""
-        from coda.sim.libero.validity import check_scenario
-
+        """A scene's validity (it loads, settles, and the expert solves it), checked in a worker's round env,
+        or in the driver's one check env (kept: a LIBERO env takes seconds to make)."""
         if env is None:
-            ok, reason = self.check(spec)
-            return ok, reason, None
-        v = check_scenario(env.env, spec)
-        return v.valid, v.reason, None
+            if self._check_env is None:
+                self._check_env = self.sim.target_env(self.cfg.sim)
+            env = self._check_env
+        return self.sim.check(spec, env)
 
     def policy_success(self, checkpoint: Any, env: Any) -> Any:
         """The verifier's question, asked one rollout at a time: a LIBERO env holds a whole robosuite scene,
@@ -263,13 +207,6 @@ class LiberoBackend(RoundBackend):
     def goal_labels(self, spec: Any) -> tuple[tuple[int, ...], float]:
         """None: grounding is not supervised on LIBERO (its goals are BDDL predicates over fixtures and regions)."""
         return (), float("nan")
-
-    @classmethod
-    def round_env(cls, sim: "SimConfig") -> LiberoRoundEnv:
-        return LiberoRoundEnv(sim)
-
-    def expert(self, spec: Any, env: Any) -> RelabellingExpert:
-        return RelabellingExpert(env)
 
     def collect_demos(self, specs: Sequence[Any], out_dir: Any) -> Any:
         """Expert demos with their Φ, by task across the backend's workers (each its share of the tasks, in
@@ -523,5 +460,5 @@ def _embedder(ctx: "RunContext") -> Callable[[str], list[float]]:
     return embed
 
 
-__all__ = ["EXPLORE_EDITS", "FACTOR_EDITS", "LiberoBackend", "LiberoRoundEnv", "RelabellingExpert", "SPLIT_SUITES",
+__all__ = ["EXPLORE_EDITS", "FACTOR_EDITS", "LiberoBackend", "SPLIT_SUITES",
            "base_suite", "factor_token", "mode_shares", "libero_stream", "plan_libero_modes", "plan_libero_replay"]

@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coda.critic.libero import bddl_regions, libero_entities, libero_predicates
+from coda.critic.libero import libero_entities
+from coda.sim.libero.predicates import libero_predicates
+from coda.sim.libero.suites import bddl_regions
 from coda.engine.compile import CompileError, RoleStage
 from coda.shaping.program import ProgramError, Stage, StageProgram
 from coda.shaping.text2potential import PlanRejected, StagedPotential, try_parse_plan

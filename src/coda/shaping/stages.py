@@ -1,8 +1,8 @@
 """Registered stage kinds: each is a predicate on the state and a progress measure in [0, 1].
 
-They are written over the simulator's own predicate functions (`coda.sim.tabletop.predicates` by default,
-`coda.sim.libero.predicates.LiberoPredicates` for LIBERO: `grasped`, `lifted`, `inside`, `on`, `at_region`,
-`drawer_fraction`, distances, `half_width`, `floor`, `top`, `bottom`, `grip_closed`), the same functions the
+They are written over the simulator's own predicate functions (a backend's `predicates`,
+`coda.sim.backends`: the tabletop's module, or LIBERO's `LiberoPredicates` of an episode: `grasped`,
+`lifted`, `inside`, `on`, `at_region`, `drawer_fraction`, distances, `half_width`, `floor`, `top`, `bottom`, `grip_closed`), the same functions the
 scripted experts and the success check use. Everything here reads only the current state.
 
 Predicates are *cumulative*: a later stage holding implies the task has got that far (`lift` requires the
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from coda.registry import Registry
@@ -209,17 +208,18 @@ STAGES.register("open", StageKind(_open_holds, _open_progress, "the drawer is op
 STAGES.register("close", StageKind(_close_holds, _close_progress, "the drawer is closed"))
 
 
-def default_predicates() -> ModuleType:
-    """The tabletop simulator's predicate module (imported lazily: it imports MuJoCo)."""
-    from coda.sim.tabletop import predicates
+def default_predicates(spec: Any = None) -> Any:
+    """The default simulator backend's predicates for `spec` (`coda.sim.backends`; imported lazily: a
+    simulator's predicates import it)."""
+    from coda.sim.backends import sim_backend
 
-    return predicates
+    return sim_backend().predicates(spec)
 
 
 def make_context(spec: ScenarioSpec | None, predicates: Any = None, kinds: dict[str, str] | None = None) -> StageContext:
     """A StageContext for a scene (`spec`), or for another backend's scene given its entity `kinds`;
-    `predicates` defaults to the tabletop simulator's."""
-    P = predicates if predicates is not None else default_predicates()
+    `predicates` defaults to the default simulator backend's."""
+    P = predicates if predicates is not None else default_predicates(spec)
     if spec is None:
         if kinds is None:
             raise ValueError("make_context needs a ScenarioSpec or the scene's entity kinds")

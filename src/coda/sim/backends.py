@@ -1,38 +1,128 @@
-"""Simulator backends by name (`SimConfig.backend`), imported only when an environment is made.
+"""Simulator backends by name (`SimConfig.backend`): what the engine needs from a simulator, as one typed
+contract (`SimBackend`), and the registry that finds them.
+
+A backend is an object with:
+
+| member | what it gives |
+| --- | --- |
+| `name` | its name in the registry (`SimConfig.backend`) |
+| `scenario_from_dict` | a stored scene record back as a scene (`spec_id`, `family`, `to_dict()`) |
+| `make_env` | the simulator's own env of a scene (gymnasium-shaped) |
+| `target_env` | an env acting in CoDA's 5-D targets (`reset_to`, `step`, `state`, `get_state`, `set_state`): what rounds, workers and policies step |
+| `expert` | the scripted expert of a scene acting in targets in a `target_env` (`reset`, `act`) |
+| `rollout_expert` | one expert episode in a `make_env` env (its `states` and `success`) |
+| `check` | validity of a scene: (valid, reason, details), in a given `target_env` or one of its own |
+| `predicates` | the predicate functions a scene's staged potentials bind to (Text2potential's stages) |
 
 `tabletop` is registered here; other backends are declared by their package under the entry-point group
-`coda.sim_backends` (this package declares `libero = "coda.sim.libero.env:LiberoEnv"`), so a new simulator
-is added without editing this module. Importing it does not import MuJoCo or any simulator; `make_env`
-imports the chosen backend.
+`coda.sim_backends` (this package declares `libero = "coda.sim.libero.backend:BACKEND"`), so a new simulator
+is added without editing this module or the engine. Importing it does not import MuJoCo or any simulator: a
+backend imports its simulator when it is first asked for an env, an expert, a check or its predicates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from coda.registry import Registry
-from coda.scene.spec import ScenarioSpec
 from coda.sim.config import SimConfig
 
-EnvFactory = Callable[..., Any]  # (spec | None, SimConfig, **kwargs) -> a gymnasium-shaped Env
-
-BACKENDS: Registry[EnvFactory] = Registry("sim backend", entry_points="coda.sim_backends")
-
-
-def _tabletop(spec: ScenarioSpec | None, config: SimConfig, **kwargs: Any) -> Any:
-    from coda.sim.tabletop.env import TabletopEnv
-
-    return TabletopEnv(spec, config, **kwargs)
+if TYPE_CHECKING:
+    from coda.scene.spec import ScenarioSpec
 
 
-BACKENDS.register("tabletop", _tabletop)
+@runtime_checkable
+class SimBackend(Protocol):
+    """What the engine, the critic and the shaping need from a simulator (see the module docstring)."""
+
+    name: str
+
+    def scenario_from_dict(self, data: dict[str, Any]) -> Any:
+        """A stored scene record (`to_dict()`) back as a scene."""
+        ...
+
+    def make_env(self, config: SimConfig, spec: Any = None, **kwargs: Any) -> Any:
+        """The simulator's own env (reset to `spec` where given)."""
+        ...
+
+    def target_env(self, config: SimConfig) -> Any:
+        """An env acting in CoDA's 5-D targets."""
+        ...
+
+    def expert(self, spec: Any, env: Any, config: SimConfig) -> Any:
+        """The scripted expert of `spec` acting in targets in `env` (a `target_env`)."""
+        ...
+
+    def rollout_expert(self, env: Any, spec: Any, max_steps: int | None = None) -> Any:
+        """One expert episode of `spec` in `env` (a `make_env` env): an object with `states` and `success`."""
+        ...
+
+    def check(self, spec: Any, env: Any = None) -> tuple[bool, str, Any]:
+        """(valid, reason, details) of a scene, checked in `env` (a `target_env`) or one of the backend's own."""
+        ...
+
+    def predicates(self, spec: Any, first_state: Any = None) -> Any:
+        """The predicate functions (`grasped`, `inside`, ...) a staged potential over `spec` binds to;
+        `first_state` is the episode's first state where a backend's predicates depend on the scene."""
+        ...
 
 
-def make_env(config: SimConfig | None = None, spec: Any = None, **kwargs: Any) -> Any:
-    """An environment of the backend `config.backend` (default "tabletop").
+class TabletopBackend:
+    """CoDA's own MuJoCo tabletop (`coda.sim.tabletop`): its env already acts in 5-D targets."""
+
+    name = "tabletop"
+
+    def scenario_from_dict(self, data: dict[str, Any]) -> "ScenarioSpec":
+        from coda.scene.spec import ScenarioSpec
+
+        return ScenarioSpec.from_dict(data)
+
+    def make_env(self, config: SimConfig, spec: Any = None, **kwargs: Any) -> Any:
+        from coda.sim.tabletop.env import TabletopEnv
+
+        return TabletopEnv(spec, config, **kwargs)
+
+    def target_env(self, config: SimConfig) -> Any:
+        return self.make_env(config)
+
+    def expert(self, spec: Any, env: Any, config: SimConfig) -> Any:
+        from coda.sim.tabletop.experts import expert_for
+
+        return expert_for(spec, config.expert_chunk)
+
+    def rollout_expert(self, env: Any, spec: Any, max_steps: int | None = None) -> Any:
+        from coda.sim.tabletop.experts import rollout_expert
+
+        return rollout_expert(env, spec, max_steps=max_steps)
+
+    def check(self, spec: Any, env: Any = None) -> tuple[bool, str, Any]:
+        """The tabletop's check builds its own model (`env` is not needed)."""
+        from coda.sim.tabletop.validity import sim_check
+
+        return sim_check(spec)
+
+    def predicates(self, spec: Any, first_state: Any = None) -> Any:
+        from coda.sim.tabletop import predicates
+
+        return predicates
+
+
+BACKENDS: Registry[SimBackend] = Registry("sim backend", entry_points="coda.sim_backends")
+BACKENDS.register("tabletop", TabletopBackend())
+
+
+def sim_backend(name: str | None = None) -> SimBackend:
+    """The backend registered as `name` (default: `SimConfig`'s default backend).
 
     Raises RegistryError naming the available backends when the backend is not registered.
     """
+    return BACKENDS.get(name or SimConfig().backend)
+
+
+def make_env(config: SimConfig | None = None, spec: Any = None, **kwargs: Any) -> Any:
+    """The simulator's own env of the backend `config.backend` (default config: the default backend)."""
     cfg = config or SimConfig()
-    return BACKENDS.get(cfg.backend)(spec, cfg, **kwargs)
+    return sim_backend(cfg.backend).make_env(cfg, spec, **kwargs)
+
+
+__all__ = ["BACKENDS", "SimBackend", "TabletopBackend", "make_env", "sim_backend"]

@@ -15,7 +15,7 @@ from coda.config import build_config  # noqa: E402
 from coda.critic.diagnosis import Diagnosis, SceneFactor  # noqa: E402
 from coda.critic.verify import CheckResult, Verdict  # noqa: E402
 from coda.engine.backend import backend_for  # noqa: E402
-from coda.engine.libero import LiberoBackend, LiberoRoundEnv, RelabellingExpert, factor_token, mode_shares  # noqa: E402
+from coda.engine.libero import LiberoBackend, factor_token, mode_shares  # noqa: E402
 from coda.engine.loop import start_run  # noqa: E402
 from coda.engine.round import ProbeEpisode, phase_compile, replay_states  # noqa: E402
 from coda.engine.strategies import STRATEGIES, candidate_stream  # noqa: E402
@@ -25,6 +25,7 @@ from coda.sim.libero import suites as S  # noqa: E402
 from coda.sim.libero.errors import LiberoError  # noqa: E402
 from coda.sim.libero.operators import derive, init_regions  # noqa: E402
 from coda.sim.libero.scenario import LiberoScenario, base_suite  # noqa: E402
+from coda.sim.libero.targets import LiberoRoundEnv, RelabellingExpert  # noqa: E402
 
 
 def libero_cfg(tmp_path: Path, *extra: str):

@@ -572,11 +572,13 @@ class ExpertEpisode:
     steps: int  # control steps taken (after settling)
     seconds: float  # wall time of the rollout, reset included
     step_ms: float  # mean wall time of one control step (expert and env), ms
+    states: tuple[LiberoState, ...] = ()  # the states it passed through, first to last (with `record_states`)
 
 
-def rollout_expert(env: "LiberoEnv", scenario: LiberoScenario, max_steps: int | None = None) -> ExpertEpisode:
+def rollout_expert(env: "LiberoEnv", scenario: LiberoScenario, max_steps: int | None = None,
+                   record_states: bool = False) -> ExpertEpisode:
     """Reset `env` (a `LiberoEnv`) to `scenario` and run its scripted expert (`expert_for`) until success or
-    the horizon (`max_steps`, default the env's)."""
+    the horizon (`max_steps`, default the env's); with `record_states` the episode keeps its states."""
     import time
 
     t0 = time.perf_counter()
@@ -584,8 +586,14 @@ def rollout_expert(env: "LiberoEnv", scenario: LiberoScenario, max_steps: int | 
     expert = expert_for(env)
     horizon = max_steps or env.max_steps
     t1 = time.perf_counter()
-    success = env.state().success
+    state = env.state()
+    states = [state]
+    success = state.success
     while not success and env.steps < horizon:
-        _, _, success, _, _ = env.step(expert.act(env.state()))
+        _, _, success, _, _ = env.step(expert.act(state))
+        state = env.state()
+        if record_states:
+            states.append(state)
     t2 = time.perf_counter()
-    return ExpertEpisode(bool(success), env.steps, t2 - t0, 1000.0 * (t2 - t1) / max(env.steps, 1))
+    return ExpertEpisode(bool(success), env.steps, t2 - t0, 1000.0 * (t2 - t1) / max(env.steps, 1),
+                         tuple(states) if record_states else ())

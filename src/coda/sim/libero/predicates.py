@@ -15,12 +15,16 @@ released and LIBERO's `check_success()` holds.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.experts import pick_place_task
 from coda.sim.libero.state import LiberoState
+
+if TYPE_CHECKING:
+    from coda.sim.libero.scenario import LiberoScenario
 
 ON_TOL = 0.02  # an object's bottom within this of a surface rests on it, m
 MIN_HOLD_GAP = 0.002  # closed jaws this far apart or less hold nothing (a bowl wall leaves 3.5 mm), m
@@ -138,4 +142,14 @@ def goal_pair(goal: Sequence[Sequence[str]], regions: dict[str, dict], names: Se
     return task.obj, task.target
 
 
-__all__ = ["LiberoPredicates", "goal_pair", "libero_kinds"]
+def libero_predicates(first: LiberoState, scenario: "LiberoScenario") -> LiberoPredicates:
+    """LIBERO's stage predicates for episodes of `scenario`: the table top read from `first` (an episode's
+    initial state), `in` / `on` of the BDDL goal pair its own `check_success()`. Raises LiberoError for a goal
+    that is not one `in` / `on`."""
+    from coda.sim.libero.suites import bddl_goal, bddl_regions
+
+    text = scenario.bddl_text()
+    return LiberoPredicates.for_state(first, goal_pair(bddl_goal(text), bddl_regions(text), first.names))
+
+
+__all__ = ["LiberoPredicates", "goal_pair", "libero_kinds", "libero_predicates"]

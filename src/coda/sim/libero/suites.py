@@ -225,6 +225,14 @@ def bddl_goal(text: str) -> list[list[str]]:
     return [list(a) for a in atoms]
 
 
+_REGION = re.compile(r"\(\s*([A-Za-z0-9_]+)\s*\(\s*:target\s+([A-Za-z0-9_]+)\s*\)")
+
+
+def bddl_regions(text: str) -> dict[str, dict[str, str]]:
+    """The BDDL regions as LIBERO's parser keys them: `basket_1_contain_region` -> {"target": "basket_1"}."""
+    return {f"{target}_{name}": {"target": target} for name, target in _REGION.findall(text)}
+
+
 def bddl_obj_of_interest(text: str) -> list[str]:
     """The `(:obj_of_interest ...)` names (empty if the section is missing)."""
     try:

@@ -9,6 +9,8 @@ actions: the target whose conversion gives back the same action, so demonstratio
 replayed through `TargetActionEnv` reproduce the expert's episode exactly.
 
 - `TargetActionEnv(env)`: a `LiberoEnv` whose `step` takes targets (everything else passes through).
+- `LiberoRoundEnv(sim)`: a `TargetActionEnv` as rounds use envs (snapshots counted, tabletop camera names).
+- `RelabellingExpert(env)`: `TargetExpert` replanned after every snapshot (corrective labels).
 - `TargetExpert(env)`: the scripted expert of the env's current episode (pick-and-place, stove knob), acting in targets
   (`coda.policy.data.run_expert_episode` and `collect_demos` record it like a tabletop expert).
 """
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from coda.sim.config import SimConfig
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.experts import DOWN_Y, HEADING_Y, POS_SCALE, ROT_SCALE, DrawerExpert, DrawerPlaceExpert, Expert, _rotvec, expert_for, yaw_rotation
 from coda.sim.libero.state import LiberoState
@@ -110,4 +113,45 @@ class TargetExpert:
         return action_to_target(action, state, self.expert.heading if self.expert.heading is not None else EXPERT_YAW)
 
 
-__all__ = ["EXPERT_YAW", "TargetActionEnv", "TargetExpert", "action_to_target", "target_to_action"]
+class LiberoRoundEnv(TargetActionEnv):
+    """A `LiberoEnv` acting in 5-D targets, as the round loop uses envs: `get_state` snapshots are counted
+    (a relabelling expert restarts its plan at each one), and `render` takes tabletop camera names."""
+
+    def __init__(self, sim: "SimConfig | None" = None) -> None:
+        from coda.sim.libero.env import LiberoEnv
+
+        super().__init__(LiberoEnv(config=sim or SimConfig(backend="libero")))
+        self.snapshots = 0
+
+    def get_state(self) -> Any:
+        self.snapshots += 1
+        return self.env.get_state()
+
+    def render(self, camera: str = "agentview", size: int | None = None) -> np.ndarray:
+        return self.env.render("agentview" if camera == "front" else camera, size)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class RelabellingExpert:
+    """The scripted expert in targets, replanned from the current state whenever the env was snapshotted
+    since its last action: corrective labels start from a failure state, not from the expert's old plan."""
+
+    def __init__(self, env: LiberoRoundEnv) -> None:
+        self.env = env
+        self.inner = TargetExpert(env)
+        self._seen = -1
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self._seen = self.env.snapshots
+
+    def act(self, state: Any) -> np.ndarray:
+        if self._seen != self.env.snapshots:
+            self.reset()
+        return self.inner.act(state)
+
+
+__all__ = ["EXPERT_YAW", "LiberoRoundEnv", "RelabellingExpert", "TargetActionEnv", "TargetExpert", "action_to_target",
+           "target_to_action"]

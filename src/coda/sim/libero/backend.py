@@ -1,0 +1,78 @@
+"""LIBERO / LIBERO-PRO as a simulator backend (`coda.sim.backends.SimBackend`), declared under the
+entry-point group `coda.sim_backends` as `libero`. Importing this module imports neither LIBERO nor MuJoCo.
+
+- scenes: `LiberoScenario` (a suite, a task and an initial state or a placement seed, plus BDDL edits);
+- `make_env`: a `LiberoEnv` (7-D OSC_POSE actions); `target_env`: a `LiberoRoundEnv` (5-D targets);
+- `expert`: the scripted expert in targets, replanned after every snapshot (`RelabellingExpert`);
+- `check`: it loads, settles, and the scripted expert solves it (`coda.sim.libero.validity`);
+- `predicates`: `LiberoPredicates` of the episode (table top from its first state, the BDDL goal pair).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coda.sim.config import SimConfig
+from coda.sim.libero.scenario import LiberoScenario
+
+
+class LiberoBackend:
+    """The LIBERO simulator behind CoDA's backend contract (see the module docstring)."""
+
+    name = "libero"
+
+    def scenario_from_dict(self, data: dict[str, Any]) -> LiberoScenario:
+        return LiberoScenario.from_dict(data)
+
+    def make_env(self, config: SimConfig, spec: Any = None, **kwargs: Any) -> Any:
+        from coda.sim.libero.env import LiberoEnv
+
+        return LiberoEnv(spec, config, **kwargs)
+
+    def target_env(self, config: SimConfig) -> Any:
+        from coda.sim.libero.targets import LiberoRoundEnv
+
+        return LiberoRoundEnv(config)
+
+    def expert(self, spec: Any, env: Any, config: SimConfig) -> Any:
+        from coda.sim.libero.targets import RelabellingExpert
+
+        return RelabellingExpert(env)
+
+    def rollout_expert(self, env: Any, spec: Any, max_steps: int | None = None) -> Any:
+        from coda.sim.libero.experts import rollout_expert
+
+        return rollout_expert(env, spec, max_steps, record_states=True)
+
+    def check(self, spec: Any, env: Any = None) -> tuple[bool, str, Any]:
+        """Checked in `env` (a `target_env`), or in a `LiberoEnv` made for this check and closed after it."""
+        from coda.sim.libero.validity import check_scenario
+
+        if env is not None:
+            v = check_scenario(getattr(env, "env", env), spec)
+            return v.valid, v.reason, None
+        own = self.make_env(SimConfig(backend=self.name))
+        try:
+            v = check_scenario(own, spec)
+        finally:
+            own.close()
+        return v.valid, v.reason, None
+
+    def predicates(self, spec: Any, first_state: Any = None) -> Any:
+        """The episode's `LiberoPredicates`: the table top from its first state, the BDDL goal pair of `spec`.
+
+        Raises:
+            LiberoError: no first state (LIBERO's predicates depend on the episode), or a goal that is not one
+                `in` / `on`.
+        """
+        from coda.sim.libero.errors import LiberoError
+        from coda.sim.libero.predicates import libero_predicates
+
+        if first_state is None:
+            raise LiberoError("LIBERO's predicates depend on the episode: pass its first state")
+        return libero_predicates(first_state, spec)
+
+
+BACKEND = LiberoBackend()
+
+__all__ = ["BACKEND", "LiberoBackend"]
