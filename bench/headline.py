@@ -188,7 +188,7 @@ def run_evidence(ctx: Any, strategy: str) -> dict[str, Any]:
     for `sft`), and per round the probes that failed, the diagnoses and how many verified, and the share of
     the generation budget that went to failure-mode programs (`coda`, `coda-sparse`), and how many modes got
     a share but no program (it could not be compiled: their share explored instead) and that share."""
-    from coda.engine.report_data import load_report_data
+    from coda.reports.data import load_report_data
 
     seconds: dict[str, float] = {}
     for (r, phase), secs in ctx.memory.phase_seconds(ctx.run_id).items():

@@ -131,7 +131,7 @@ def stage_run(cfg: Any, work: Path, console: Console) -> Path:
     else:
         ctx = start_run(cfg, run_dir)
     ctx.console = console
-    run(ctx, report=False)
+    run(ctx)
     return run_dir
 
 

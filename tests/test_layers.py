@@ -1,6 +1,6 @@
 """The package's layers import downward only (the `[tool.importlinter]` contract in pyproject.toml).
 
-scene <- memory | runtime <- sim <- critic : shaping <- policy <- engine <- bench <- cli: a module may import
+scene <- memory | runtime <- sim <- critic : shaping <- policy <- engine <- bench | reports <- cli: a module may import
 its own layer and the ones below it, never one above, not even through a function-level import or a chain of
 other modules. `lint-imports` from the repository root runs the same check.
 """

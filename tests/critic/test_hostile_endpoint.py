@@ -210,13 +210,16 @@ def test_a_round_against_the_hostile_server_goes_on_and_keeps_no_key(hostile, tm
     import engine_runs as E
 
     from coda.engine.loop import run, start_run
+    from coda.reports.build import write_report
 
     names = ["http_401_echoes_key", "text_html", "trickle_body", "deep_nesting", "http_500_echoes_key"]
     server = hostile([HOSTILE[n][0] for n in names])
     extra = ("critic.name=vlm", f"critic.base_url={server.url}", "critic.api_key_env=CODA_HOSTILE_KEY",
              f"critic.timeout_s={DEADLINE}", "critic.retries=0", "engine.max_diagnoses=5")
     path = tmp_path / "hostile"
-    run(start_run(E.config("coda", extra=extra), path, from_round0=E.round0()), report=True)
+    with start_run(E.config("coda", extra=extra), path, from_round0=E.round0()) as ctx:
+        run(ctx)
+        write_report(ctx)
     with E.open_run(path) as mem:
         assert mem.get_run(path.name).status == "done"
         diagnoses = mem.list("diagnosis", run_id=path.name)

@@ -53,19 +53,23 @@ def round0() -> Path:
         from coda.engine.loop import run, start_run
 
         with start_run(config("sft", 0), root() / "round0") as ctx:
-            run(ctx, report=False)
+            run(ctx)
         _RUNS["round0"] = root() / "round0"
     return _RUNS["round0"]
 
 
 def strategy_run(strategy: str) -> Path:
-    """One round of `strategy` from the shared round 0 (no report: its own tests cover it, except for coda)."""
+    """One round of `strategy` from the shared round 0, and its `report.html` for coda (the others' reports are
+    covered by their own tests)."""
     if strategy not in _RUNS:
         from coda.engine.loop import run, start_run
+        from coda.reports.build import write_report
 
         path = root() / strategy
         with start_run(config(strategy), path, from_round0=round0()) as ctx:
-            run(ctx, report=strategy == "coda")
+            run(ctx)
+            if strategy == "coda":
+                write_report(ctx)
         _RUNS[strategy] = path
     return _RUNS[strategy]
 

@@ -95,7 +95,7 @@ def test_a_tiny_round_on_ray_matches_the_local_executor(executor, tmp_path: Path
     # two actors: the rollouts and the backend's checks, demos and verification episodes all run on Ray
     with start_run(E.config("coda", extra=("runtime.executor=ray", "runtime.workers=2")), path,
                    from_round0=E.round0()) as ctx:
-        run(ctx, report=False)
+        run(ctx)
         assert ctx.executor.name == "ray" and ctx.backend.workers == 2
         assert ctx.backend.worker_jobs > 0
     got = E.memory_contents(path)
@@ -140,7 +140,7 @@ def test_a_round_whose_ray_worker_dies_fails_cleanly_and_resumes(executor, tmp_p
     monkeypatch.setattr(rollout, "_run_stream", _dying_in_measure(eval_ids, str(markers)))
     with pytest.raises(ExecutorError, match="a Ray worker died"):
         with start_run(E.config("coda", extra=("runtime.executor=ray",)), path, from_round0=E.round0()) as ctx:
-            run(ctx, report=False)
+            run(ctx)
     assert len(list(markers.iterdir())) >= 2  # the job and its retry were killed
     with E.open_run(path) as mem:
         done = mem.completed_phases(path.name)
@@ -148,7 +148,7 @@ def test_a_round_whose_ray_worker_dies_fails_cleanly_and_resumes(executor, tmp_p
 
     monkeypatch.undo()
     with resume_run(path) as ctx:
-        run(ctx, report=False)
+        run(ctx)
     got = E.memory_contents(path)
     for kind in reference:
         assert got[kind] == reference[kind], f"{kind} records differ after the resumed run"

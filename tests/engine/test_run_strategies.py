@@ -118,7 +118,7 @@ def test_strategy_generates_exactly_its_budget_of_valid_scenes(runs: dict[str, P
 
 def test_sft_runs_no_round_even_when_rounds_are_set(tmp_path: Path) -> None:
     path = tmp_path / "sft"
-    result = run(start_run(E.config("sft", rounds=2), path, from_round0=E.round0()), report=False)
+    result = run(start_run(E.config("sft", rounds=2), path, from_round0=E.round0()))
     assert set(result.success) == {0}
     with E.open_run(path) as mem:
         assert {r for r, _ in mem.completed_phases(path.name)} == {0}
@@ -221,7 +221,7 @@ def test_critic_round_trains_on_its_probe_rollouts(tmp_path: Path, setting: str)
 
     cfg = E.config("coda", extra=(setting,))
     path = tmp_path / "critic_round"
-    run(start_run(cfg, path, from_round0=E.round0()), report=False)
+    run(start_run(cfg, path, from_round0=E.round0()))
     with E.open_run(path) as mem:
         rid = path.name
         assert mem.get_run(rid).status == "done"

@@ -76,7 +76,7 @@ def test_faulty_critic_and_invalid_scene_are_recorded_and_the_round_completes(
     monkeypatch.setitem(STRATEGIES._items, "faulty-test", Strategy("faulty-test", True, True, plan))
     cfg = E.config("faulty-test", extra=("critic.name=faulty", "engine.max_diagnoses=3"))
     path = tmp_path / "faulty"
-    run(start_run(cfg, path, from_round0=E.round0()), report=False)
+    run(start_run(cfg, path, from_round0=E.round0()))
     with E.open_run(path) as mem:
         rid = path.name
         assert [p for r, p in mem.completed_phases(rid) if r == 1] == [

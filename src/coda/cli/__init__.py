@@ -76,6 +76,7 @@ def run_command(
     """Run CoDA: SFT, then co-evolution rounds; writes memory, checkpoints and report.html to a run directory."""
     from coda.config import build_config
     from coda.engine.loop import resume_run, run, start_run
+    from coda.reports.build import write_report
     from coda.gl import configure_headless_gl
 
     if resume is not None:
@@ -95,6 +96,7 @@ def run_command(
     console.print(f"run directory: [bold]{ctx.run_dir}[/]")
     try:
         result = run(ctx)
+        write_report(ctx)
         print_success_change(ctx)
     finally:
         ctx.close()
@@ -103,7 +105,7 @@ def run_command(
 
 def print_success_change(ctx: object) -> None:
     """The run's success per evaluation split, first → last measured round, with 95% Wilson intervals."""
-    from coda.engine.report_data import load_report_data, success_change
+    from coda.reports.data import load_report_data, success_change
 
     first, last, rows = success_change(load_report_data(ctx.memory, ctx.run_id))  # type: ignore[attr-defined]
     if not rows:

@@ -19,7 +19,7 @@ def report_command(
 ) -> None:
     """Rebuild RUN_DIR/report.html from the run's memory records and artifacts; memory is opened read-only."""
     from coda.engine.context import CONFIG_FILE, load_run_config
-    from coda.engine.report import ReportOptions, build_report
+    from coda.reports.build import ReportOptions, build_report
     from coda.gl import configure_headless_gl
     from coda.memory import open_memory
     from coda.memory.errors import RecordNotFoundError

@@ -323,11 +323,10 @@ def resume_run(run_dir: Path, memory_url: str | None = None) -> RunContext:
                       families=tuple(cfg.scene.families), lock=lock)
 
 
-def run(ctx: RunContext, *, report: bool = True) -> RunResult:
-    """Round 0 (SFT, or copied from the run's round-0 source), then the strategy's rounds; then `report.html`
-    (unless `report` is False; `coda report RUN_DIR` writes it later)."""
+def run(ctx: RunContext) -> RunResult:
+    """Round 0 (SFT, or copied from the run's round-0 source), then the strategy's rounds (`coda run` then
+    writes `report.html`: `coda.reports`)."""
     from coda.engine.fork import copy_round0, read_source
-    from coda.engine.report import write_report
     from coda.engine.round import run_round
     from coda.engine.strategies import make_strategy
 
@@ -348,6 +347,4 @@ def run(ctx: RunContext, *, report: bool = True) -> RunResult:
     finally:
         ctx.backend.close()  # its worker processes, if any
     ctx.memory.set_run_status(ctx.run_id, "done")
-    if report:
-        write_report(ctx)
     return RunResult(run_dir=ctx.run_dir, run_id=ctx.run_id, success=results)

@@ -30,8 +30,8 @@ from coda.config import build_config
 from coda.critic.diagnosis import Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.verify import CheckResult, FactorTrial, Verdict
 from coda.engine.compile import child_program, compile_generation_program
-from coda.engine.report import ReportOptions, build_report
-from coda.engine.report_data import Rate, lineage, load_report_data
+from coda.reports.build import ReportOptions, build_report
+from coda.reports.data import Rate, lineage, load_report_data
 from coda.memory import (
     Checkpoint,
     Episode,

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from coda.engine.context import RunContext
-from coda.engine.report_data import ReportData, load_report_data
-from coda.engine.report_html import (
+from coda.reports.data import ReportData, load_report_data
+from coda.reports.page import (
     CSS,
     checkpoints_section,
     config_section,
@@ -98,7 +98,7 @@ def write_report(ctx: RunContext, path: Path | None = None, options: ReportOptio
 
 def render_report(data: ReportData, run_dir: Path, options: ReportOptions | None = None) -> str:
     """The report's HTML text for `data` (plots drawn, keyframes read from `run_dir`, scenes rendered)."""
-    from coda.engine import report_plots as plots
+    from coda.reports import plots
 
     options = options or ReportOptions()
     frames = _ArtifactReader(Path(run_dir))

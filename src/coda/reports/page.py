@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from coda.engine.report_data import (
+from coda.reports.data import (
     DIAGNOSIS_OUTCOMES,
     FailureCard,
     ProgramRow,

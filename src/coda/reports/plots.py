@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from coda.engine.report_data import DIAGNOSIS_OUTCOMES, FailureModeRow, Rate, split_order
+from coda.reports.data import DIAGNOSIS_OUTCOMES, FailureModeRow, Rate, split_order
 
 _DPI = 96
 _OUTCOME_COLOURS = {"verified": "#2e7d32", "rejected by verifier": "#c62828", "not verified": "#9e9e9e",
