@@ -25,6 +25,10 @@ class ToyEnv:
 
 class ToySim:
     name = "toy"
+    eval_splits = ("sft", "far")
+
+    def build_split(self, family, name, split, n, seed, check_many=None):
+        return [{"ok": True, "split": split, "seed": seed + i} for i in range(n)], []
 
     def scenario_from_dict(self, data):
         return dict(data)
@@ -94,8 +98,8 @@ def test_a_declared_implementation_is_listed_and_imported_on_first_use(declared)
 
 
 def test_a_third_backend_runs_through_the_engine_without_editing_it(declared) -> None:  # type: ignore[no-untyped-def]
-    """Declared once, as a simulator backend, it gets the generic round backend: envs, expert, scene records
-    and validity checks all come from it, and its predicates are what stages bind to."""
+    """Declared once, as a simulator backend, it gets the generic round backend: envs, expert, scene records,
+    splits and validity checks all come from it, and its predicates are what stages bind to."""
     from coda.config import build_config
     from coda.engine.backend import RoundBackend
     from coda.shaping.stages import make_context
@@ -111,6 +115,9 @@ def test_a_third_backend_runs_through_the_engine_without_editing_it(declared) ->
     assert rb.expert({"id": 1}, env) == ("expert", {"id": 1})
     assert rb.scenario_from_dict({"a": 1}) == {"a": 1}
     assert rb.check_many([{"ok": True}, {"ok": False}]) == [(True, ""), (False, "not ok")]
+    assert rb.eval_splits == ("sft", "far")
+    assert rb.build_split("box", "far", "far", 2, 7) == ([{"ok": True, "split": "far", "seed": 7},
+                                                        {"ok": True, "split": "far", "seed": 8}], [])
     assert type(backends.make_env(SimConfig(backend="toy"))).__name__ == "ToyEnv"
     assert make_context(None, rb.sim.predicates(None), kinds={"a": "object"}).P == "toy predicates"
     with pytest.raises(RegistryError, match=r"Unknown sim backend 'isaac'"):

@@ -61,7 +61,6 @@ GOAL_ROLES = 2  # roles a goal names: what is moved, where it goes (coda.policy.
 class RoundBackend:
     """The round loop's side of a simulator backend, over its `SimBackend` (`self.sim`); a backend whose
     rounds differ subclasses it and overrides what differs."""
-    eval_splits: tuple[str, ...] = ("sft", "position", "instruction", "task", "object", "distractor", "physics")
     measure_keyframes = 3  # keyframes kept per failed evaluation episode
     verify_base_split = "sft"  # the round-0 split whose scenes the counterfactual check edits
 
@@ -75,6 +74,11 @@ class RoundBackend:
         self._own_executor = executor is None
         self._pool: Any = None
         self.worker_jobs = 0  # jobs sent to the workers so far
+
+    @property
+    def eval_splits(self) -> tuple[str, ...]:
+        """The evaluation splits of every family (the simulator's)."""
+        return tuple(self.sim.eval_splits)
 
     @property
     def workers(self) -> int:
@@ -159,11 +163,8 @@ class RoundBackend:
 
     def build_split(self, family: str, name: str, split: str, n: int, seed: int) -> tuple[list[Any], list[tuple[Any, str]]]:
         """(valid scenes, [(rejected scene, reason)]) of one split (`name` "train" is the SFT training set)."""
-        from coda.scene.splits import build_split
-
-        res = build_split(family, split, n, seed, check=self.sim.check, workers=self.workers,
-                          check_many=self._check_details if self.workers > 1 else None)
-        return list(res.valid), [(r.spec, r.reason) for r in res.rejected]
+        return self.sim.build_split(family, name, split, n, seed,
+                                    check_many=self._check_details if self.workers > 1 else None)
 
     def explore_body(self, families: Sequence[str], count: int, n_edits: int, seed: int) -> dict[str, Any]:
         """A generation body of random edits of training-distribution scenes."""

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from coda.config import CodaConfig
     from coda.engine.context import RunContext
 
-SPLIT_SUITES = {"sft": "", "position": "_swap", "instruction": "_lan", "task": "_task"}  # eval split -> suffix
 # Single edits a probe or an exploration scene makes (operator, arguments).
 EXPLORE_EDITS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("shift_region", {"object": "target"}),
@@ -138,7 +137,6 @@ def _demo_part(job: tuple[dict[str, Any], list[dict[str, Any]]]) -> tuple[list[A
 class LiberoBackend(RoundBackend):
     """LIBERO / LIBERO-PRO behind the round loop (see the module docstring)."""
 
-    eval_splits = tuple(SPLIT_SUITES)
     measure_keyframes = 0  # the privileged critic reads states; camera frames cost 60-90 ms each on llvmpipe
     verify_base_split = "train"  # counterfactual base scenes: training scenes, never evaluation ones
 
@@ -175,21 +173,6 @@ class LiberoBackend(RoundBackend):
         if self._check_env is not None:
             self._check_env.close()
             self._check_env = None
-
-    def build_split(self, family: str, name: str, split: str, n: int, seed: int) -> tuple[list[Any], list[tuple[Any, str]]]:
-        """`train`: `n` scenes round robin over the family's tasks, placements sampled with seeds drawn from
-        `seed`; an evaluation split: the suite's official initial states, round robin over its tasks."""
-        from coda.sim.libero import suites as S
-
-        if name == "train":
-            n_tasks = len(S.list_tasks(family))
-            seeds = np.random.default_rng(seed).integers(2**31, size=n)
-            return [LiberoScenario(family, i % n_tasks, init_state=None, seed=int(seeds[i])) for i in range(n)], []
-        if split not in SPLIT_SUITES:
-            raise ValueError(f"LIBERO evaluation split {split!r} is not one of {list(SPLIT_SUITES)}")
-        suite = family + SPLIT_SUITES[split]
-        n_tasks = len(S.list_tasks(suite))
-        return [LiberoScenario(suite, i % n_tasks, init_state=i // n_tasks) for i in range(n)], []
 
     def explore_body(self, families: Sequence[str], count: int, n_edits: int, seed: int) -> dict[str, Any]:
         return {"kind": "libero", "families": list(families), "n_edits": min(int(n_edits), 1), "count": count,
@@ -460,5 +443,5 @@ def _embedder(ctx: "RunContext") -> Callable[[str], list[float]]:
     return embed
 
 
-__all__ = ["EXPLORE_EDITS", "FACTOR_EDITS", "LiberoBackend", "SPLIT_SUITES",
+__all__ = ["EXPLORE_EDITS", "FACTOR_EDITS", "LiberoBackend",
            "base_suite", "factor_token", "mode_shares", "libero_stream", "plan_libero_modes", "plan_libero_replay"]

@@ -33,7 +33,6 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coda.config import CodaConfig
-from coda.engine.backend import RoundBackend
 from coda.engine.context import (
     CONFIG_FILE,
     LOCK_FILE,
@@ -48,7 +47,6 @@ from coda.engine.rollout import Rollout, evaluate_checkpoint
 from coda.errors import CodaError
 from coda.scene.spec import ScenarioSpec
 
-EVAL_SPLITS = RoundBackend.eval_splits  # the tabletop's; a backend names its own (`ctx.backend.eval_splits`)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from coda.engine.context import RunContext
-from coda.engine.loop import EVAL_SPLITS, phase_measure_splits, progress_bar
+from coda.engine.loop import phase_measure_splits, progress_bar
 from coda.engine.rollout import Rollout, evaluate_checkpoint
 from coda.engine.strategies import Evidence, Strategy, StrategyError, candidate_stream
 from coda.scene.spec import ScenarioSpec
@@ -591,6 +591,6 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
     return phase_measure_splits(ctx, r, checkpoint, splits, extra_records=progress_records)
 
 
-__all__ = ["EVAL_SPLITS", "FILL_KEY", "GeneratedScenes", "ProbeEpisode", "diagnose_safely", "explore_probes",
+__all__ = ["FILL_KEY", "GeneratedScenes", "ProbeEpisode", "diagnose_safely", "explore_probes",
            "held_apart_scenes", "phase_compile", "phase_diagnose", "phase_evaluate", "phase_generate", "phase_measure",
            "phase_train_round", "phase_verify", "replay_states", "rescore_probes", "run_round"]

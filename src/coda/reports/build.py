@@ -9,7 +9,7 @@ makes no request. It shows
 - critic diagnoses per round and failure-mode class with their verification outcome; verified failure modes
   with learning progress and budget share per round; the generation budget per source and round;
 - generation programs with lineage (parent → child, level), the scenes each made, training programs;
-- a handful of generated scenes per round rendered with the tabletop simulator, with their program's key, and
+- a handful of generated scenes per round rendered with the run's simulator, with their program's key, and
   the invalid generated scenes with the validity check's reason;
 - diagnosed probe failures: keyframes, diagnosis (mode, explanation, factors) and verdict (every check);
 - failed evaluation episodes, checkpoints and the run's resolved configuration.
@@ -146,10 +146,10 @@ class _ArtifactReader:
 
 def render_thumbnails(scenes: list[tuple[int, dict[str, Any]]], sim: dict[str, Any],
                       size: int) -> dict[int, bytes | str]:
-    """Render each scene's initial state (front camera) with the tabletop simulator.
+    """Render each scene's initial state (front camera) with the run's simulator backend (its `target_env`).
 
     Args:
-        scenes: (scenario id, ScenarioSpec as JSON) pairs.
+        scenes: (scenario id, scene record as JSON) pairs.
         sim: the run's `sim` configuration section (backend and physics settings).
         size: image size in pixels.
 
@@ -158,31 +158,29 @@ def render_thumbnails(scenes: list[tuple[int, dict[str, Any]]], sim: dict[str, A
     """
     if not scenes:
         return {}
-    if sim.get("backend", "tabletop") != "tabletop":
-        return {i: f"scenes of the '{sim.get('backend')}' backend are not rendered here" for i, _ in scenes}
     import io
 
     from PIL import Image
 
     from coda.errors import CodaError
-    from coda.scene.spec import ScenarioSpec
+    from coda.sim.backends import sim_backend
     from coda.sim.config import SimConfig
 
     try:
-        from coda.sim.backends import make_env
-
-        env = make_env(SimConfig.model_validate(sim) if sim else SimConfig())
+        cfg = SimConfig.model_validate(sim) if sim else SimConfig()
+        backend = sim_backend(cfg.backend)
+        env = backend.target_env(cfg)
     except (CodaError, ValueError, RuntimeError, ImportError) as e:
-        return {i: f"not rendered: {e}" for i, _ in scenes}
+        return {i: f"not rendered: {str(e).splitlines()[0] if str(e) else type(e).__name__}" for i, _ in scenes}
     out: dict[int, bytes | str] = {}
     try:
         for sid, spec in scenes:
             try:
-                env.reset_to(ScenarioSpec.from_dict(spec))
+                env.reset_to(backend.scenario_from_dict(spec))
                 buf = io.BytesIO()
                 Image.fromarray(env.render(camera="front", size=size)).save(buf, format="PNG")
                 out[sid] = buf.getvalue()
-            except (CodaError, ValueError, RuntimeError) as e:
+            except (CodaError, ValueError, RuntimeError, KeyError, TypeError) as e:
                 out[sid] = f"not rendered: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
     finally:
         env.close()

@@ -7,6 +7,7 @@ A backend is an object with:
 | --- | --- |
 | `name` | its name in the registry (`SimConfig.backend`) |
 | `scenario_from_dict` | a stored scene record back as a scene (`spec_id`, `family`, `to_dict()`) |
+| `eval_splits`, `build_split` | the evaluation splits of a family, and the scenes of one (or of its training set) |
 | `make_env` | the simulator's own env of a scene (gymnasium-shaped) |
 | `target_env` | an env acting in CoDA's 5-D targets (`reset_to`, `step`, `state`, `get_state`, `set_state`): what rounds, workers and policies step |
 | `expert` | the scripted expert of a scene acting in targets in a `target_env` (`reset`, `act`) |
@@ -22,13 +23,17 @@ backend imports its simulator when it is first asked for an env, an expert, a ch
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from coda.registry import Registry
+from coda.scene.splits import SPLITS
 from coda.sim.config import SimConfig
 
 if TYPE_CHECKING:
     from coda.scene.spec import ScenarioSpec
+
+CheckMany = Callable[[Sequence[Any]], Sequence[tuple[bool, str, Any]]]  # scenes -> (valid, reason, details) each
 
 
 @runtime_checkable
@@ -36,9 +41,17 @@ class SimBackend(Protocol):
     """What the engine, the critic and the shaping need from a simulator (see the module docstring)."""
 
     name: str
+    eval_splits: tuple[str, ...]  # the evaluation splits of every family, in-distribution first
 
     def scenario_from_dict(self, data: dict[str, Any]) -> Any:
         """A stored scene record (`to_dict()`) back as a scene."""
+        ...
+
+    def build_split(self, family: str, name: str, split: str, n: int, seed: int,
+                    check_many: CheckMany | None = None) -> tuple[list[Any], list[tuple[Any, str]]]:
+        """(valid scenes, [(rejected scene, reason)]) of one split of `family` (`name` "train": the SFT
+        training set, drawn like `split`), `n` of them from `seed`; `check_many` checks a batch of candidates
+        (e.g. across worker processes) in place of one `check` at a time."""
         ...
 
     def make_env(self, config: SimConfig, spec: Any = None, **kwargs: Any) -> Any:
@@ -71,6 +84,15 @@ class TabletopBackend:
     """CoDA's own MuJoCo tabletop (`coda.sim.tabletop`): its env already acts in 5-D targets."""
 
     name = "tabletop"
+    eval_splits: tuple[str, ...] = SPLITS
+
+    def build_split(self, family: str, name: str, split: str, n: int, seed: int,
+                    check_many: CheckMany | None = None) -> tuple[list[Any], list[tuple[Any, str]]]:
+        """The scene language's split generator (`coda.scene.splits.build_split`), every scene checked."""
+        from coda.scene.splits import build_split
+
+        res = build_split(family, split, n, seed, check=self.check, check_many=check_many)
+        return list(res.valid), [(r.spec, r.reason) for r in res.rejected]
 
     def scenario_from_dict(self, data: dict[str, Any]) -> "ScenarioSpec":
         from coda.scene.spec import ScenarioSpec

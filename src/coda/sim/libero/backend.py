@@ -5,24 +5,52 @@ entry-point group `coda.sim_backends` as `libero`. Importing this module imports
 - `make_env`: a `LiberoEnv` (7-D OSC_POSE actions); `target_env`: a `LiberoRoundEnv` (5-D targets);
 - `expert`: the scripted expert in targets, replanned after every snapshot (`RelabellingExpert`);
 - `check`: it loads, settles, and the scripted expert solves it (`coda.sim.libero.validity`);
-- `predicates`: `LiberoPredicates` of the episode (table top from its first state, the BDDL goal pair).
+- `predicates`: `LiberoPredicates` of the episode (table top from its first state, the BDDL goal pair);
+- splits: a family is a base suite; its training scenes are its tasks with placements sampled from their
+  BDDL regions (never an official initial state), and its evaluation splits are the official protocol's
+  scenes of the base suite and its LIBERO-PRO variants (`SPLIT_SUITES`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from coda.sim.config import SimConfig
 from coda.sim.libero.scenario import LiberoScenario
+
+SPLIT_SUITES = {"sft": "", "position": "_swap", "instruction": "_lan", "task": "_task"}  # eval split -> suite suffix
 
 
 class LiberoBackend:
     """The LIBERO simulator behind CoDA's backend contract (see the module docstring)."""
 
     name = "libero"
+    eval_splits: tuple[str, ...] = tuple(SPLIT_SUITES)
 
     def scenario_from_dict(self, data: dict[str, Any]) -> LiberoScenario:
         return LiberoScenario.from_dict(data)
+
+    def build_split(self, family: str, name: str, split: str, n: int, seed: int,
+                    check_many: Callable[[Sequence[Any]], Sequence[tuple[bool, str, Any]]] | None = None,
+                    ) -> tuple[list[Any], list[tuple[Any, str]]]:
+        """`name` "train": `n` scenes round robin over the family's tasks, placements sampled with seeds drawn
+        from `seed`; an evaluation split: the suite's official initial states, round robin over its tasks.
+        Neither is checked (`check_many` is not used): official scenes and sampled placements load by
+        construction, and a generated scene is checked where it is generated."""
+        from coda.sim.libero import suites as S
+
+        if name == "train":
+            n_tasks = len(S.list_tasks(family))
+            seeds = np.random.default_rng(seed).integers(2**31, size=n)
+            return [LiberoScenario(family, i % n_tasks, init_state=None, seed=int(seeds[i])) for i in range(n)], []
+        if split not in SPLIT_SUITES:
+            raise ValueError(f"LIBERO evaluation split {split!r} is not one of {list(SPLIT_SUITES)}")
+        suite = family + SPLIT_SUITES[split]
+        n_tasks = len(S.list_tasks(suite))
+        return [LiberoScenario(suite, i % n_tasks, init_state=i // n_tasks) for i in range(n)], []
 
     def make_env(self, config: SimConfig, spec: Any = None, **kwargs: Any) -> Any:
         from coda.sim.libero.env import LiberoEnv
@@ -75,4 +103,4 @@ class LiberoBackend:
 
 BACKEND = LiberoBackend()
 
-__all__ = ["BACKEND", "LiberoBackend"]
+__all__ = ["BACKEND", "SPLIT_SUITES", "LiberoBackend"]
