@@ -11,7 +11,7 @@ every backend; everything that depends on what a scene *is* goes through a `Roun
 | `check`, `check_many` | validity of a generated scene: (valid, reason), the simulator's check; of many, in order |
 | `round_episodes` | the train phase's demos and replays (`EpisodeJob`s) with Φ, in order |
 | `phis` | Φ along an episode's states (the scene's canonical staged potential, or a mode's) |
-| `build_split` | round 0: the training scenes and the fixed evaluation splits of a family |
+| `build_split`, `eval_splits` | round 0: the training scenes and the fixed evaluation splits of a family; the simulator's |
 | `explore_probes`, `explore_body` | single-edit probe scenes, and the body of a random-edit source |
 | `held_apart` | scenes of a stored generation program run with another seed |
 | `make_critic`, `make_verifier` | the critic and the verifier of the backend's episodes |
@@ -30,11 +30,11 @@ batches (`check_many`, which a backend may spread over worker processes) until `
 is what checking one candidate at a time would keep.
 
 `backend_for(cfg)` returns the configured one: the simulator backend `cfg.sim.backend` is found in
-`coda.sim.backends.BACKENDS` (its typed contract, `SimBackend`: scenes, envs, expert, validity, predicates;
+`coda.sim.backends.BACKENDS` (its typed contract, `SimBackend`: scenes and splits, envs, expert, validity, predicates;
 the tabletop is registered there, other simulators are declared by entry point), and the round backend over
 it is the generic `RoundBackend` unless the backend declares a round-loop extension under the entry-point
 group `coda.backends` — this package declares `libero`, LIBERO / LIBERO-PRO
-(`coda.engine.libero.LiberoBackend`: its splits, planner, critic and verifier). `round_env(sim)` is the
+(`coda.engine.libero.LiberoBackend`: its generation, planner, critic and verifier). `round_env(sim)` is the
 backend's `target_env`, the env worker processes make.
 """
 
