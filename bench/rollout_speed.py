@@ -45,7 +45,7 @@ from rich.table import Table  # noqa: E402
 from _common import machine, write_result  # noqa: E402
 from coda.scene.spec import FAMILIES, ScenarioSpec  # noqa: E402
 
-BATCHES = (1, 2, 4, 8, 16)
+BATCHES = (1, 2, 4, 8, 16, 32)
 
 
 def make_checkpoint(work: Path, steps: int) -> Path:
