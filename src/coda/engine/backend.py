@@ -12,7 +12,7 @@ every backend; everything that depends on what a scene *is* goes through a `Roun
 | `round_episodes` | the train phase's demos and replays (`EpisodeJob`s) with Φ, in order |
 | `phis` | Φ along an episode's states (the scene's canonical staged potential, or a mode's) |
 | `build_split`, `eval_splits` | round 0: the training scenes and the fixed evaluation splits of a family; the simulator's |
-| `explore_probes`, `explore_body` | single-edit probe scenes, and the body of a random-edit source |
+| `explore_probes`, `explore_body`, `edit_body` | single-edit probe scenes, the body of a random-edit source, and of edits around given scenes |
 | `held_apart` | scenes of a stored generation program run with another seed |
 | `make_critic`, `make_verifier` | the critic and the verifier of the backend's episodes |
 | `verify_many` | the verdicts of a round's diagnoses, in order |
@@ -169,6 +169,12 @@ class RoundBackend:
     def explore_body(self, families: Sequence[str], count: int, n_edits: int, seed: int) -> dict[str, Any]:
         """A generation body of random edits of training-distribution scenes."""
         return {"kind": "dr", "families": list(families), "n_edits": n_edits, "count": count, "seed": seed}
+
+    def edit_body(self, parents: Sequence[Any], n_edits: int, seed: int, count: int) -> dict[str, Any]:
+        """A generation body of `n_edits` random edits around each of `parents` in turn (the scene language's
+        mutations)."""
+        return {"kind": "mutate", "parents": [p.to_dict() for p in parents], "n_edits": n_edits, "seed": seed,
+                "count": count}
 
     def explore_probes(self, ctx: "RunContext", r: int, n: int) -> list[Any]:
         """`n` valid single-edit variations of training-distribution scenes (see `coda.engine.round.explore_probes`)."""

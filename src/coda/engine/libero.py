@@ -27,9 +27,9 @@ A run with `sim.backend = "libero"` and `scene.families = [base suites]` (e.g. `
   its goal's canonical stage program.
 - **training** — expert demos in the generated scenes and corrective labels of failed probes, both from
   the scripted expert acting in 5-D targets.
-- **baselines** — `dr` and `dagger` plan as on the tabletop (random scenes of the `libero` kind; dagger also
-  relabels failed probes); `replay` makes one random edit around each failed probe (`plan_libero_replay`);
-  `plr` and `accel` are refused (their level buffer holds tabletop scenes).
+- **baselines** — `dr`, `dagger` and `replay` plan as on the tabletop (random scenes of the `libero` kind;
+  dagger also relabels failed probes; replay makes one random BDDL edit around each failed probe, this
+  backend's `edit_body`); `plr` and `accel` are refused (their level buffer holds tabletop scenes).
 """
 
 from __future__ import annotations
@@ -178,6 +178,11 @@ class LiberoBackend(RoundBackend):
         return {"kind": "libero", "families": list(families), "n_edits": min(int(n_edits), 1), "count": count,
                 "seed": seed}
 
+    def edit_body(self, parents: Sequence[Any], n_edits: int, seed: int, count: int) -> dict[str, Any]:
+        """Random BDDL edits (`EXPLORE_EDITS`, one per scene) around each of `parents` in turn."""
+        return {"kind": "libero", "parents": [p.to_dict() for p in parents], "n_edits": min(int(n_edits), 1),
+                "seed": seed, "count": count}
+
     def held_apart(self, body: dict[str, Any], seed: int, n: int) -> list[Any]:
         from coda.engine.backend import valid_scenes
 
@@ -242,9 +247,7 @@ class LiberoBackend(RoundBackend):
 
         if strategy in ("coda", "coda-sparse"):
             return plan_libero_modes
-        if strategy == "replay":
-            return plan_libero_replay
-        if strategy in ("dr", "dagger", "sft"):  # random scenes (and, for dagger, relabelled failed probes)
+        if strategy in ("dr", "dagger", "sft", "replay"):  # random scenes, or edits around failed probes
             return default
         raise StrategyError(f"strategy '{strategy}' is not available on the libero backend (its level buffer "
                             "holds tabletop scenes); use coda, coda-sparse, replay, dr, dagger or sft")
@@ -282,18 +285,6 @@ def mode_shares(active: dict[str, list[Any]], budget: int, cfg: Any, rng: np.ran
 def mode_key_of(failure_mode: str, tokens: Iterable[str]) -> str:
     """A LIBERO failure mode's key: the failure mode and its factors' roles, e.g. `missed_grasp|position:swap`."""
     return f"{failure_mode}|{'+'.join(sorted(set(tokens)))}"
-
-
-def plan_libero_replay(ev: Any) -> Any:
-    """`replay` on LIBERO: one random BDDL edit (`EXPLORE_EDITS`) around each failed probe scenario in turn
-    (random scenes if no probe failed), as the tabletop's `plan_replay` mutates failed probe scenes."""
-    from coda.engine.strategies import Plan
-
-    failed = [p.spec.to_dict() for p in ev.probes if not p.success]
-    if not failed:
-        return Plan([("dr", ev.dr_body(ev.budget))])
-    return Plan([("replay", {"kind": "libero", "parents": failed, "n_edits": 1, "seed": ev.seed,
-                             "count": ev.budget})])
 
 
 def plan_libero_modes(ev: Any) -> Any:
@@ -444,4 +435,4 @@ def _embedder(ctx: "RunContext") -> Callable[[str], list[float]]:
 
 
 __all__ = ["EXPLORE_EDITS", "FACTOR_EDITS", "LiberoBackend",
-           "base_suite", "factor_token", "mode_shares", "libero_stream", "plan_libero_modes", "plan_libero_replay"]
+           "base_suite", "factor_token", "mode_shares", "libero_stream", "plan_libero_modes"]

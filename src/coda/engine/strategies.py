@@ -193,12 +193,12 @@ def plan_dr(ev: Evidence) -> Plan:
 
 
 def plan_replay(ev: Evidence) -> Plan:
-    """Closed loop without a critic: one random edit around each failed probe scene (random scenes if none)."""
-    failed = [p.spec.model_dump(mode="json") for p in ev.probes if not p.success]
+    """Closed loop without a critic: one random edit (the backend's) around each failed probe scene in turn
+    (random scenes if none failed)."""
+    failed = [p.spec for p in ev.probes if not p.success]
     if not failed:
         return Plan([("dr", ev.dr_body(ev.budget))])
-    return Plan([("replay", {"kind": "mutate", "parents": failed, "n_edits": 1, "seed": ev.seed,
-                             "count": ev.budget})])
+    return Plan([("replay", ev.ctx.backend.edit_body(failed, 1, ev.seed, ev.budget))])
 
 
 def corrective_budget(ctx: RunContext) -> int:

@@ -238,6 +238,10 @@ class ScenarioSpec(_Frozen):
 
     # ---- identity and serialisation -------------------------------------------------------------
 
+    def to_dict(self) -> dict[str, Any]:
+        """The scene as plain JSON data (what `from_dict` reads back), as every backend's scene gives it."""
+        return self.model_dump(mode="json")
+
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, no whitespace): equal specs give equal strings."""
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
