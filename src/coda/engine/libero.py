@@ -27,9 +27,10 @@ A run with `sim.backend = "libero"` and `scene.families = [base suites]` (e.g. `
   its goal's canonical stage program.
 - **training** — expert demos in the generated scenes and corrective labels of failed probes, both from
   the scripted expert acting in 5-D targets.
-- **baselines** — `dr`, `dagger` and `replay` plan as on the tabletop (random scenes of the `libero` kind;
-  dagger also relabels failed probes; replay makes one random BDDL edit around each failed probe, this
-  backend's `edit_body`); `plr` and `accel` are refused (their level buffer holds tabletop scenes).
+- **baselines** — every one plans as on the tabletop, with this backend's scenes and edits: `dr` random
+  scenes of the `libero` kind, `dagger` those and relabelled failed probes, `replay` one random BDDL edit
+  around each failed probe (`edit_body`), `plr` replays scored probe scenes from its level buffer, `accel` edits
+  the highest-scoring ones.
 """
 
 from __future__ import annotations
@@ -243,14 +244,11 @@ class LiberoBackend(RoundBackend):
         return LiberoVerifier(self.cfg.critic, shaping=self.cfg.shaping, seed=seed, env_factory=lambda: env.env)
 
     def planner(self, strategy: str, default: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        from coda.engine.strategies import StrategyError
-
+        """CoDA's failure-mode planner is LIBERO's own (`plan_libero_modes`); every baseline plans as on the
+        tabletop, its scenes and edits coming from this backend (`explore_body`, `edit_body`)."""
         if strategy in ("coda", "coda-sparse"):
             return plan_libero_modes
-        if strategy in ("dr", "dagger", "sft", "replay"):  # random scenes, or edits around failed probes
-            return default
-        raise StrategyError(f"strategy '{strategy}' is not available on the libero backend (its level buffer "
-                            "holds tabletop scenes); use coda, coda-sparse, replay, dr, dagger or sft")
+        return default
 
 
 # ---- CoDA's planner on LIBERO --------------------------------------------------------------------------

@@ -160,8 +160,10 @@ def _mutate_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
             continue
 
 
-def _scenes_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
-    yield from (ScenarioSpec.from_dict(p) for p in body["scenes"])
+def _scenes_stream(body: dict[str, Any]) -> Iterator[Any]:
+    from coda.sim.backends import scenario_record
+
+    yield from (scenario_record(p) for p in body["scenes"])  # any backend's stored scenes
 
 
 def _program_stream(body: dict[str, Any]) -> Iterator[ScenarioSpec]:
@@ -270,14 +272,15 @@ def plan_plr(ev: Evidence) -> Plan:
     out: list[tuple[str, dict[str, Any]]] = []
     if len(idx):
         out.append(("plr_replay", {"kind": "scenes", "count": len(idx), **_buffer_summary(buf, dropped),
-                                   "scenes": [drawn.scenes[i].model_dump(mode="json") for i in idx]}))
+                                   "scenes": [drawn.scenes[i].to_dict() for i in idx]}))
     if ev.budget - len(idx):
         out.append(("plr_new", ev.dr_body(ev.budget - len(idx))))
     return Plan(out)
 
 
 def plan_accel(ev: Evidence) -> Plan:
-    """ACCEL: one random edit of the highest-scoring buffer scenes (random scenes while the buffer is empty)."""
+    """ACCEL: one random edit (the backend's) of the highest-scoring buffer scenes (random scenes while the
+    buffer is empty)."""
     from coda.engine.ued import ACCELSampler
 
     sampler, buf, dropped = level_buffer(ev.ctx, ev.round, max(4 * ev.budget, 16))
@@ -285,9 +288,8 @@ def plan_accel(ev: Evidence) -> Plan:
         return Plan([("dr", ev.dr_body(ev.budget))])
     rng = np.random.default_rng(ev.seed)
     parents = ACCELSampler(capacity=sampler.capacity).select_parents(buf, rng, max(1, ev.budget // 4))
-    return Plan([("accel", {"kind": "mutate", "n_edits": 1, "seed": ev.seed, "count": ev.budget,
-                            **_buffer_summary(buf, dropped),
-                            "parents": [buf.scenes[i].model_dump(mode="json") for i in parents]})])
+    body = ev.ctx.backend.edit_body([buf.scenes[i] for i in parents], 1, ev.seed, ev.budget)
+    return Plan([("accel", {**body, **_buffer_summary(buf, dropped)})])
 
 
 def _plan_modes(ev: Evidence) -> Plan:

@@ -37,7 +37,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from coda.errors import CodaError
-from coda.scene.spec import ScenarioSpec
+from coda.sim.backends import scenario_record
+
+
+def _is_scene(s: Any) -> bool:
+    """A scene of any backend: it has a `spec_id` and gives its record with `to_dict()`."""
+    return isinstance(getattr(s, "spec_id", None), str) and callable(getattr(s, "to_dict", None))
 
 
 class UEDError(CodaError, ValueError):
@@ -168,7 +173,7 @@ def _frozen(arr: np.ndarray) -> np.ndarray:
 class LevelBuffer:
     """The replay buffer of scored scenes; immutable, every sampler operation returns a new one."""
 
-    scenes: tuple[ScenarioSpec, ...]  # (size,) stored scenes, distinct by spec_id
+    scenes: tuple[Any, ...]  # (size,) stored scenes of any backend (`spec_id`, `to_dict`), distinct by spec_id
     scores: np.ndarray  # (size,) float64, finite
     last_sampled: np.ndarray  # (size,) int64, tick of the last sampling event of each scene
     inserted_at: np.ndarray  # (size,) int64, tick at which each scene entered the buffer
@@ -182,8 +187,8 @@ class LevelBuffer:
             raise UEDError(f"LevelBuffer field 'tick' = {self.tick!r} must be an integer >= 0")
         scenes = tuple(self.scenes)
         for k, s in enumerate(scenes):
-            if not isinstance(s, ScenarioSpec):
-                raise UEDError(f"LevelBuffer field 'scenes[{k}]' is a {type(s).__name__}, not a ScenarioSpec")
+            if not _is_scene(s):
+                raise UEDError(f"LevelBuffer field 'scenes[{k}]' is a {type(s).__name__}, not a scene (spec_id, to_dict)")
         n = len(scenes)
         if n > self.capacity:
             raise UEDError(f"LevelBuffer holds {n} scenes but field 'capacity' = {self.capacity}")
@@ -258,7 +263,7 @@ class LevelBuffer:
         """(size,) int64: sampling events since each scene was last sampled."""
         return self.tick - self.last_sampled
 
-    def index_of(self, spec: ScenarioSpec | str) -> int | None:
+    def index_of(self, spec: Any) -> int | None:
         """Position of a scene (or a spec_id) in the buffer, or None."""
         sid = spec if isinstance(spec, str) else spec.spec_id
         for k, s in enumerate(self.scenes):
@@ -271,7 +276,7 @@ class LevelBuffer:
         return {
             "capacity": self.capacity,
             "tick": self.tick,
-            "scenes": [s.model_dump(mode="json") for s in self.scenes],
+            "scenes": [s.to_dict() for s in self.scenes],
             "scores": [float(x) for x in self.scores],
             "last_sampled": [int(x) for x in self.last_sampled],
             "inserted_at": [int(x) for x in self.inserted_at],
@@ -286,7 +291,7 @@ class LevelBuffer:
         if missing:
             raise UEDError(f"level buffer field '{missing[0]}' is missing")
         return cls(
-            scenes=tuple(ScenarioSpec.from_dict(s) for s in data["scenes"]),
+            scenes=tuple(scenario_record(s) for s in data["scenes"]),
             scores=np.asarray(data["scores"], dtype=np.float64),
             last_sampled=np.asarray(data["last_sampled"], dtype=np.int64),
             inserted_at=np.asarray(data["inserted_at"], dtype=np.int64),
@@ -374,7 +379,7 @@ class PLRSampler:
         _check_scores(what, arr, non_negative=self.prioritization == "power")
         return arr
 
-    def insert(self, buf: LevelBuffer, scenes: Sequence[ScenarioSpec], scores: ArrayLike) -> LevelBuffer:
+    def insert(self, buf: LevelBuffer, scenes: Sequence[Any], scores: ArrayLike) -> LevelBuffer:
         """Add freshly played scenes with their scores (one sampling event).
 
         A scene already in the buffer (same spec_id) gets the new score instead of a second entry. While
@@ -395,8 +400,8 @@ class PLRSampler:
         self._own(buf)
         scenes = tuple(scenes)
         for k, s in enumerate(scenes):
-            if not isinstance(s, ScenarioSpec):
-                raise UEDError(f"scenes[{k}] is a {type(s).__name__}, not a ScenarioSpec")
+            if not _is_scene(s):
+                raise UEDError(f"scenes[{k}] is a {type(s).__name__}, not a scene (spec_id, to_dict)")
         vals = self._scores("scores", scores, len(scenes))
         if not scenes:
             return buf

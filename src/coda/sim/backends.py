@@ -141,10 +141,20 @@ def sim_backend(name: str | None = None) -> SimBackend:
     return BACKENDS.get(name or SimConfig().backend)
 
 
+def scenario_record(data: dict[str, Any]) -> Any:
+    """A stored scene record back as a scene of its backend: the record's `backend` field where it has one
+    (other backends' `to_dict` writes it), else the default backend's.
+
+    Raises RegistryError for an unknown backend, and the backend's own error for a bad record.
+    """
+    name = data.get("backend") if isinstance(data, dict) else None
+    return sim_backend(str(name) if name else None).scenario_from_dict(data)
+
+
 def make_env(config: SimConfig | None = None, spec: Any = None, **kwargs: Any) -> Any:
     """The simulator's own env of the backend `config.backend` (default config: the default backend)."""
     cfg = config or SimConfig()
     return sim_backend(cfg.backend).make_env(cfg, spec, **kwargs)
 
 
-__all__ = ["BACKENDS", "SimBackend", "TabletopBackend", "make_env", "sim_backend"]
+__all__ = ["BACKENDS", "SimBackend", "TabletopBackend", "make_env", "scenario_record", "sim_backend"]

@@ -240,12 +240,33 @@ def test_coda_compiles_verified_libero_factors_into_mode_programs(tmp_path: Path
     assert {m.key for m in ctx.memory.list("failure_mode", run_id=ctx.run_id)} == set(modes)
 
 
-def test_strategies_without_a_libero_planner_fail_with_the_available_ones(tmp_path: Path) -> None:
-    backend = backend_for(libero_cfg(tmp_path))
-    for name in ("accel", "plr"):
-        with pytest.raises(Exception, match="use coda, coda-sparse, replay, dr, dagger or sft"):
-            backend.planner(name, STRATEGIES.get(name).plan)
-    assert backend.planner("dr", STRATEGIES.get("dr").plan) is STRATEGIES.get("dr").plan
+def test_plr_and_accel_curate_libero_probe_scenes_in_their_level_buffer(tmp_path: Path) -> None:
+    from coda.memory import Episode, Scenario
+
+    sizes = ("engine.generation_budget=6", "engine.demo_budget=8", "policy.text_model=hashing")
+    rng = np.random.default_rng(0)
+    base = [LiberoScenario("libero_object", t, init_state=None, seed=t) for t in (1, 2, 4)]
+    probed = [derive(rng, b, [("shift_region", {"object": "target"})]) for b in base]
+    for name in ("plr", "accel"):
+        ctx = start_run(libero_cfg(tmp_path, *sizes, f"engine.strategy={name}"), tmp_path / name)
+        with ctx.memory.phase(ctx.run_id, 1, "evaluate") as tx:  # the round's probes: two failed, one solved
+            for i, (spec, ok) in enumerate(zip(probed, (False, True, False))):
+                sc = tx.add(Scenario.from_spec(spec, split="probe"))
+                tx.add(Episode(scenario_id=sc.id, policy="policy", seed=i, success=ok, episode_return=0.0,
+                               length=10, info={"kind": "probe"}))
+        assert ctx.backend.planner(name, STRATEGIES.get(name).plan) is STRATEGIES.get(name).plan
+        sources, _ = phase_compile(ctx, 1, STRATEGIES.get(name), [], {}, {})
+        assert sum(count for _, _, count in sources) == 6
+        bodies = {p.key: p.body for p in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=1)}
+        key = "plr_replay" if name == "plr" else "accel"
+        assert key in bodies and sorted(bodies[key]["buffer"]) == sorted(s.spec_id for s in probed)
+        scenes = [s for s, _ in zip(candidate_stream(bodies[key]), range(4))]
+        assert scenes and all(isinstance(s, LiberoScenario) for s in scenes)
+        if name == "plr":  # replays: the buffer's scored probe scenes themselves
+            assert {s.spec_id for s in scenes} <= {s.spec_id for s in probed}
+        else:  # one BDDL edit of a failed probe's task
+            assert {(s.suite, s.task_id) for s in scenes} <= {("libero_object", 1), ("libero_object", 4)}
+            assert not {s.spec_id for s in scenes} & {s.spec_id for s in probed}
 
 
 def test_replay_edits_failed_libero_probes_and_dagger_relabels_them(tmp_path: Path) -> None:
