@@ -15,6 +15,9 @@ A backend is an object with:
 | `check` | validity of a scene: (valid, reason, details), in a given `target_env` or one of its own |
 | `predicates` | the predicate functions a scene's staged potentials bind to (Text2potential's stages) |
 
+`scenario_record(data)` reads any backend's stored scene back as a scene of its backend (the record's
+`backend` field, which other backends' `to_dict` writes; the default backend's without one).
+
 `tabletop` is registered here; other backends are declared by their package under the entry-point group
 `coda.sim_backends` (this package declares `libero = "coda.sim.libero.backend:BACKEND"`), so a new simulator
 is added without editing this module or the engine. Importing it does not import MuJoCo or any simulator: a
