@@ -76,8 +76,8 @@ def run_command(
     """Run CoDA: SFT, then co-evolution rounds; writes memory, checkpoints and report.html to a run directory."""
     from coda.config import build_config
     from coda.engine.loop import resume_run, run, start_run
-    from coda.reports.build import write_report
     from coda.gl import configure_headless_gl
+    from coda.reports.build import write_report
 
     if resume is not None:
         if any(v is not None for v in (preset, config, set_, strategy, family, rounds, seed, run_dir, from_round0)):

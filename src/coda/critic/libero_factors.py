@@ -17,12 +17,12 @@ import numpy as np
 
 from coda.critic.diagnosis import SceneFactor
 from coda.sim.libero import suites as S
-from coda.sim.libero.suites import bddl_regions
 from coda.sim.libero.bddl_edit import region_ranges
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.operators import init_regions
 from coda.sim.libero.scenario import LiberoScenario
 from coda.sim.libero.state import category_words
+from coda.sim.libero.suites import bddl_region_pairs, bddl_regions
 
 
 class LiberoDiagnosisError(LiberoError):
@@ -31,13 +31,12 @@ class LiberoDiagnosisError(LiberoError):
 
 # ---- BDDL text helpers ---------------------------------------------------------------------------------
 
-_REGION = re.compile(r"\(\s*([A-Za-z0-9_]+)\s*\(\s*:target\s+([A-Za-z0-9_]+)\s*\)")
 _NUM = r"-?\d+(?:\.\d*)?(?:[eE]-?\d+)?"
 
 
 def _region_names(text: str) -> dict[str, str]:
     """Init reference (`floor_target_object_region`) -> region name (`target_object_region`)."""
-    return {f"{target}_{name}": name for name, target in _REGION.findall(text)}
+    return {f"{target}_{name}": name for name, target in bddl_region_pairs(text)}
 
 
 def _rect_span(text: str, region: str) -> tuple[int, int] | None:

@@ -224,7 +224,7 @@ class Verifier(VerifierFlow):
         shaping: shaping config (min_rank_corr for check c).
         require: the checks a verdict needs to pass.
         env_factory: builds the simulator env for expert demonstrations (default: `sim`'s, default settings).
-        predicates: predicate module (default: the default simulator backend's, `coda.shaping.stages`).
+        predicates: predicate module (default: `sim`'s for the scene).
         seed: seed of the counterfactual scene edits and demo perturbations.
         sim: the simulator backend whose expert makes the demonstrations (`coda.sim.backends`; default: the
             default backend).
@@ -263,7 +263,8 @@ class Verifier(VerifierFlow):
         """Check (a) over the episode's state trace (`trace_facts`, `check_consistency`)."""
         if not episode.states:
             return CheckResult(name="consistency", status="not_run", reason="the episode has no state trace")
-        return check_consistency(d, trace_facts(episode.states, episode.spec, self.predicates), self.cfg.stage_slack)
+        P = self._predicates(episode.spec, episode.states[0])
+        return check_consistency(d, trace_facts(episode.states, episode.spec, P), self.cfg.stage_slack)
 
     def potential_check(self, d: Diagnosis, episode: EpisodeRecord) -> CheckResult:
         """Check (c) on the episode's scene (`check_potential`)."""
@@ -381,10 +382,10 @@ class Verifier(VerifierFlow):
         prog = try_parse_plan(d.stage_plan, spec)
         if isinstance(prog, PlanRejected):
             return CheckResult(name="potential", status="failed", reason=f"the stage plan does not compile: {prog.reason}")
-        pot = StagedPotential(prog, spec, self.predicates)
         demos = self._expert_demos(spec)
         if not demos:
             return CheckResult(name="potential", status="not_run", reason="the scripted expert solves no demo of this scene")
+        pot = StagedPotential(prog, spec, self._predicates(spec, demos[0][0]))
         corr = [spearman_with_time(pot.phis(states)) for states in demos]
         final = [pot.phi(states[-1]) for states in demos]
         peak = [float(pot.phis(states).max()) for states in demos]
@@ -407,6 +408,10 @@ class Verifier(VerifierFlow):
         self._env = None
 
     # -- helpers --------------------------------------------------------------------------------------
+
+    def _predicates(self, spec: ScenarioSpec, first_state: Any) -> Any:
+        """The predicates given at construction, else those of the verifier's simulator for this scene."""
+        return self.predicates if self.predicates is not None else self.sim.predicates(spec, first_state)
 
     def _expert_demos(self, spec: ScenarioSpec) -> list[list[Any]]:
         """State traces of successful expert demos: the scene itself, then with perturbed start poses."""

@@ -69,11 +69,15 @@ class RoundBackend:
 
         self.cfg = cfg
         self.sim = sim_backend(cfg.sim.backend)  # the simulator's side of the contract
-        self.name = self.sim.name
         self._executor = executor  # None: one made from `cfg.runtime` when first needed, closed with this backend
         self._own_executor = executor is None
         self._pool: Any = None
         self.worker_jobs = 0  # jobs sent to the workers so far
+
+    @property
+    def name(self) -> str:
+        """The simulator backend's name."""
+        return self.sim.name
 
     @property
     def eval_splits(self) -> tuple[str, ...]:

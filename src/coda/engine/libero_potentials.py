@@ -19,15 +19,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coda.critic.libero import libero_entities
-from coda.sim.libero.predicates import libero_predicates
-from coda.sim.libero.suites import bddl_regions
 from coda.engine.compile import CompileError, RoleStage
 from coda.shaping.program import ProgramError, Stage, StageProgram
 from coda.shaping.text2potential import PlanRejected, StagedPotential, try_parse_plan
 from coda.sim.libero import suites as S
 from coda.sim.libero.errors import LiberoError
-from coda.sim.libero.predicates import goal_pair
+from coda.sim.libero.predicates import goal_pair, libero_predicates
 from coda.sim.libero.scenario import LiberoScenario
+from coda.sim.libero.suites import bddl_regions
 
 GOAL_ROLES = ("target", "destination")  # roles of the BDDL goal pair, in its order
 

@@ -48,7 +48,6 @@ from coda.errors import CodaError
 from coda.scene.spec import ScenarioSpec
 
 
-
 @dataclass
 class RunResult:
     run_dir: Path

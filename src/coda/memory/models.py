@@ -226,7 +226,7 @@ class Scenario(RecordMixin, Base):
         """
         return cls(
             spec_id=spec.spec_id,
-            spec=spec.to_dict() if hasattr(spec, "to_dict") else spec.model_dump(mode="json"),
+            spec=spec.to_dict(),
             family=spec.family,
             split=split,
             valid=valid,

@@ -22,6 +22,7 @@ import numpy as np
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.experts import pick_place_task
 from coda.sim.libero.state import LiberoState
+from coda.sim.libero.suites import bddl_goal, bddl_regions
 
 if TYPE_CHECKING:
     from coda.sim.libero.scenario import LiberoScenario
@@ -146,8 +147,6 @@ def libero_predicates(first: LiberoState, scenario: "LiberoScenario") -> LiberoP
     """LIBERO's stage predicates for episodes of `scenario`: the table top read from `first` (an episode's
     initial state), `in` / `on` of the BDDL goal pair its own `check_success()`. Raises LiberoError for a goal
     that is not one `in` / `on`."""
-    from coda.sim.libero.suites import bddl_goal, bddl_regions
-
     text = scenario.bddl_text()
     return LiberoPredicates.for_state(first, goal_pair(bddl_goal(text), bddl_regions(text), first.names))
 

@@ -228,9 +228,15 @@ def bddl_goal(text: str) -> list[list[str]]:
 _REGION = re.compile(r"\(\s*([A-Za-z0-9_]+)\s*\(\s*:target\s+([A-Za-z0-9_]+)\s*\)")
 
 
+def bddl_region_pairs(text: str) -> list[tuple[str, str]]:
+    """(region name, target entity) of each BDDL region, in order: `(contain_region (:target basket_1) ...)`
+    gives ("contain_region", "basket_1")."""
+    return _REGION.findall(text)
+
+
 def bddl_regions(text: str) -> dict[str, dict[str, str]]:
     """The BDDL regions as LIBERO's parser keys them: `basket_1_contain_region` -> {"target": "basket_1"}."""
-    return {f"{target}_{name}": {"target": target} for name, target in _REGION.findall(text)}
+    return {f"{target}_{name}": {"target": target} for name, target in bddl_region_pairs(text)}
 
 
 def bddl_obj_of_interest(text: str) -> list[str]:
