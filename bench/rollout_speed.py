@@ -3,7 +3,7 @@
 - bare env: the actions the policy sent, replayed through `TabletopEnv.step` in the same scenes (observation,
   state and success check included: the simulator's side of a rollout, without the policy).
 - policy rollouts at batch 1, 2, 4, 8 and 16 (`coda.engine.rollout.rollout_batch`): that many episodes
-  stepped in lockstep in one process, the policy called once per chunk boundary for all of them. Steps/s
+  run together in one process, the policy called for all that need a chunk at once, each episode then run through its chunk. Steps/s
   are per second of this process's CPU time, with the scenes' words already embedded (once per scene and
   process, recorded apart as `embed_words_cpu_s_per_scene`). Every batch size must give the same episodes as batch 1
   (actions compared bit for bit): `identical_episodes`. Each batch size's rollouts are followed by a bare-env

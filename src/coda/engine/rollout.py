@@ -146,9 +146,9 @@ def rollout_batch(
 ) -> list[Rollout]:
     """Roll `policy` out once in each scene, `len(envs)` episodes in lockstep; results in the order of `specs`.
 
-    Each env runs one episode at a time; at every step the episodes whose action schedule needs a chunk are
-    predicted together (`policy.chunks_for`, one forward pass per chunk boundary), each with its own
-    sampling stream seeded by `episode_seed(spec)`. An episode that ends hands its env to the next scene.
+    Each env runs one episode at a time; the episodes whose action schedule needs a chunk are predicted
+    together (`policy.chunks_for`, one forward pass), each with its own sampling stream seeded by
+    `episode_seed(spec)`, then each episode runs through its chunk's actions in its env. An episode that ends hands its env to the next scene.
     A policy's rows do not depend on the batch they are computed in, so every episode is the one
     `rollout_policy` gives in the same scene. A policy that cannot batch (`batches_rollouts`) runs its
     episodes one after another in `envs[0]`.
@@ -195,9 +195,9 @@ def stream_rollouts(
     each slot's env `env_at(slot)` (asked for only when the slot first gets a scene), a scene taken from
     `scenes` whenever a slot frees (so `scenes` may be a shared queue other workers take from too).
 
-    At every step the episodes whose action schedule needs a chunk are predicted together
-    (`policy.chunks_for`, one forward pass per chunk boundary), each with its own sampling stream seeded by
-    `episode_seed(spec)`. A policy's rows do not depend on the batch they are computed in, so every episode
+    The episodes meet at chunk boundaries: those whose action schedule needs a chunk are predicted together
+    (`policy.chunks_for`, one forward pass), each with its own sampling stream seeded by `episode_seed(spec)`,
+    then each runs through its chunk's actions in its env before the next env's turn. A policy's rows do not depend on the batch they are computed in, so every episode
     is the one `rollout_policy` gives in the same scene. A policy that cannot batch (`batches_rollouts`), or
     one slot, runs the episodes one after another in `env_at(0)`.
     """
@@ -233,11 +233,16 @@ def stream_rollouts(
                 chunks = policy.chunks_for([s[1].obs for s in need], [s[2] for s in need])
             for s, chunk in zip(need, chunks):
                 s[2].push(chunk)
+        # Each episode runs through the actions it holds before the next env's turn: episodes only meet at
+        # chunk boundaries, and one env's simulator data stays in the cache for its steps in a row (16 envs
+        # stepped one step each in turn cost ~10% more per step than one env's run).
         for k, s in enumerate(live):
             if s is None:
                 continue
             key, ep, actions = s
             ep.step(actions.pop())
+            while not ep.done and not actions.needs_chunk():
+                ep.step(actions.pop())
             if ep.done:
                 ended.append((key, ep.result()))
                 fill(k)
