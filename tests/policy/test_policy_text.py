@@ -1,4 +1,4 @@
-"""Text embeddings: real MiniLM, the per-string cache, the on-disk cache, and the hashing stand-in."""
+"""Text embeddings: real MiniLM, the per-string cache, the store shared by processes, and the hashing stand-in."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from coda.policy.text import (
-    HASHING_ID,
     MINILM_ID,
     UNFAMILIAR_WORDS,
     HashingTextEncoder,
@@ -101,24 +100,6 @@ def test_minilm_embeddings_do_not_depend_on_threads_and_loading_leaves_the_rng_a
     assert torch.equal(after_load, torch.rand(3))  # building the model drew nothing from the global generator
 
 
-def test_disk_cache_round_trip_and_model_check(tmp_path: Path) -> None:
-    f = tmp_path / "text.npz"
-    enc = HashingTextEncoder(cache_file=f)
-    first = enc.encode(["pick the red cube", "blue bowl"])
-    enc.save_cache()
-    again = HashingTextEncoder(cache_file=f)
-    assert len(again) == 2
-    np.testing.assert_array_equal(again.encode(["pick the red cube", "blue bowl"]), first)
-    # a cache of another model is refused, naming both
-    from coda.policy.text import TextEncoder
-
-    with pytest.raises(TextEncoderError, match=f"holds embeddings of model '{HASHING_ID}'"):
-        TextEncoder(cache_file=f)
-    f.write_bytes(b"not an npz")
-    with pytest.raises(TextEncoderError, match="unreadable"):
-        HashingTextEncoder(cache_file=f)
-
-
 def test_hashing_is_deterministic_and_rejects_non_strings() -> None:
     a = HashingTextEncoder().encode(["small red cube"])
     b = HashingTextEncoder().encode(["small red cube"])
@@ -146,3 +127,55 @@ def test_unfamiliar_words_are_no_scene_word_and_variants_swap_some_words() -> No
         swapped.append(len(diff) / len(text.split()))
     assert 0.3 < float(np.mean(swapped)) < 0.5  # a third of the words, plus the one always replaced
     assert unfamiliar_variants("", 3) == () and unfamiliar_variants(text, 0) == ()
+
+
+def test_a_shared_store_gives_back_the_bits_without_running_the_model(tmp_path: Path, monkeypatch) -> None:
+    from coda.policy.text import EmbeddingStore
+
+    texts = ["push the red cube to the left", "red cube", "", "a blue bowl"]
+    first = HashingTextEncoder()
+    first.store = EmbeddingStore(tmp_path / "t.sqlite", first.model_id, first.dim)
+    sentences, tokens = first.encode(texts), first.encode_tokens(texts)
+    assert first.embedded == 3 and len(first.store) == 3  # "" is never embedded nor stored
+
+    later = HashingTextEncoder()  # another process: an empty memory cache, the same file
+    later.store = EmbeddingStore(tmp_path / "t.sqlite", later.model_id, later.dim)
+    monkeypatch.setattr(later, "_embed_both", lambda t: pytest.fail(f"the model ran on {t!r}"))
+    np.testing.assert_array_equal(later.encode_tokens(texts[:2])[1], tokens[1])  # tokens first, then sentences
+    np.testing.assert_array_equal(later.encode(texts), sentences)
+    for a, b in zip(later.encode_tokens(texts), tokens):
+        np.testing.assert_array_equal(a, b)
+    assert later.embedded == 0
+
+    other = EmbeddingStore(tmp_path / "t.sqlite", "another/model", first.dim)  # another model's rows are not read
+    assert other.get(texts) == {} and len(other) == 0
+
+
+def test_a_store_that_is_not_sqlite_is_a_one_line_error(tmp_path: Path) -> None:
+    from coda.policy.text import EmbeddingStore
+
+    bad = tmp_path / "t.sqlite"
+    bad.write_bytes(b"not a database at all" * 100)
+    enc = HashingTextEncoder()
+    enc.store = EmbeddingStore(bad, enc.model_id, enc.dim)
+    with pytest.raises(TextEncoderError, match="text cache .*t.sqlite") as e:
+        enc.encode(["a red cube"])
+    assert "\n" not in str(e.value)
+
+
+def test_use_text_cache_gives_the_shared_minilm_encoder_its_store(tmp_path: Path) -> None:
+    from coda.policy.text import text_cache_path, use_text_cache
+    from coda.runtime.config import RuntimeConfig, text_cache_file
+
+    assert text_cache_file(RuntimeConfig(), tmp_path / "runs" / "r1") == (tmp_path / "runs" / ".text_cache.sqlite").resolve()
+    assert text_cache_file(RuntimeConfig(text_cache="off"), tmp_path / "r1") is None
+    before = text_cache_path()
+    try:
+        use_text_cache(tmp_path / "c.sqlite")
+        enc = text_encoder_for("minilm")  # made lazily: loading the model waits for a string to embed
+        assert enc.store is not None and enc.store.path == tmp_path / "c.sqlite"
+        assert text_encoder_for("hashing").store is None  # the stand-in is cheaper than a lookup
+        use_text_cache(None)
+        assert enc.store is None and text_cache_path() is None
+    finally:
+        use_text_cache(before)

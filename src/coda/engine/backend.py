@@ -107,8 +107,10 @@ class RoundBackend:
         """`fn(job)` of each job on the backend's worker pool (each worker with its own backend and env,
         started once), results in job order."""
         if self._pool is None:
-            self._pool = self.executor.pool(_init_worker, (type(self), self.cfg.model_dump(mode="json")),
-                                            _close_worker)
+            from coda.engine.rollout import driver_text_cache
+
+            self._pool = self.executor.pool(_init_worker, (type(self), self.cfg.model_dump(mode="json"),
+                                                           driver_text_cache()), _close_worker)
         self.worker_jobs += len(jobs)
         return self._pool.map(fn, jobs)
 
@@ -302,9 +304,12 @@ class RoundBackend:
 _WORKER: dict[str, Any] = {}  # a backend worker's backend and env (and its verifier, per checkpoint and seed)
 
 
-def _init_worker(backend_cls: type[RoundBackend], cfg: dict[str, Any]) -> None:
+def _init_worker(backend_cls: type[RoundBackend], cfg: dict[str, Any], text_cache: str | None = None) -> None:
     from coda.config import CodaConfig
+    from coda.engine.rollout import worker_text_cache
     from coda.runtime.executor import LocalExecutor
+
+    worker_text_cache(text_cache)  # the verifier's policy reads the same words the driver's did
 
     backend = backend_cls(CodaConfig.model_validate(cfg), LocalExecutor(1))  # a worker runs its jobs itself
     _WORKER.clear()

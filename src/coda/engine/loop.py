@@ -327,7 +327,11 @@ def run(ctx: RunContext) -> RunResult:
     from coda.engine.round import run_round
     from coda.engine.strategies import make_strategy
 
+    from coda.policy.text import use_text_cache
+    from coda.runtime.config import text_cache_file
+
     cfg = ctx.cfg
+    use_text_cache(text_cache_file(cfg.runtime, ctx.run_dir))  # this process's and its workers' embeddings
     strategy = make_strategy(ctx)
     source = read_source(ctx.run_dir)
     if source is not None:

@@ -269,11 +269,14 @@ def episode_seed(spec: ScenarioSpec) -> int:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(checkpoint: Any, sim_cfg: dict[str, Any], overrides: dict[str, Any] | None) -> None:
+def _init_worker(checkpoint: Any, sim_cfg: dict[str, Any], overrides: dict[str, Any] | None,
+                 text_cache: str | None = None) -> None:
     # Two processes on two cores: each keeps to one thread so they do not fight.
     torch.set_num_threads(1)
     from coda.policy.checkpoint import load_policy
     from coda.runtime.executor import local_file
+
+    worker_text_cache(text_cache)
 
     _WORKER["policy"] = load_policy(local_file(checkpoint), overrides=overrides)
     _WORKER["policy"].eval()
@@ -303,6 +306,23 @@ def _run_stream(scenes: Iterator[tuple[int, ScenarioSpec]], keyframes: int, size
     with torch.no_grad():
         return list(stream_rollouts(env_at, batch, _WORKER["policy"], scenes, keyframes=keyframes,
                                     render_size=size, record_states=record_states))
+
+
+def driver_text_cache() -> str | None:
+    """The text-embedding cache this process uses, for its workers (`coda.policy.text.use_text_cache`)."""
+    from coda.policy.text import text_cache_path
+
+    path = text_cache_path()
+    return str(path) if path is not None else None
+
+
+def worker_text_cache(path: str | None) -> None:
+    """In a worker: use the driver's text-embedding cache `path`, where this machine sees its folder (a Ray
+    worker on another node embeds in memory)."""
+    from coda.policy.text import use_text_cache
+
+    if path is not None and Path(path).parent.is_dir():
+        use_text_cache(path)
 
 
 def queue_quota(batch: int) -> int:
@@ -359,7 +379,8 @@ def evaluate_checkpoint(
     order = batch_order(specs)
     for j, r in executor.map_queue(fn, [specs[i] for i in order], quota=queue_quota(batch), init=_init_worker,
                                    close=_close_worker,
-                                   initargs=(executor.ship(checkpoint), sim_cfg.model_dump(), overrides)):
+                                   initargs=(executor.ship(checkpoint), sim_cfg.model_dump(), overrides,
+                                             driver_text_cache())):
         i = order[j]
         out[i] = r
         if on_done:

@@ -19,6 +19,14 @@ worker process, must see exactly the embeddings the first process saw.
 
 The empty string (padding in `object_text`) embeds to the zero vector (and no tokens) without calling the model.
 
+Embedding costs ~20 ms per string on one thread, and a round's data holds thousands of distinct strings
+(instructions, their paraphrases and unfamiliar variants, descriptions) that every process would embed again.
+`use_text_cache(path)` keeps the MiniLM encoder's embeddings in an SQLite file (`EmbeddingStore`) that processes
+and runs share: a string found there is never embedded again, and a process that finds all its strings there
+never loads the model. What the file holds is what embedding the string alone gives (the rule above), keyed by
+the model, torch and transformers versions and the CPU (architecture, model and flags), so reading it gives
+the bits computing would.
+
 `unfamiliar_variants` gives copies of an instruction with some words replaced by everyday words that no scene
 uses (`UNFAMILIAR_WORDS`): training on them teaches the policy that a word it cannot place should not move
 its choice of object, which is what a held-out synonym the embedder does not know looks like.
@@ -28,6 +36,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
+import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,19 +86,18 @@ class TextEmbedder(Protocol):
 
 
 class _CachedEncoder:
-    """Shared cache logic: one embedding per distinct string, optionally persisted to an .npz file."""
+    """Shared cache logic: one embedding per distinct string, in memory and, with a `store`, in a file that
+    processes share."""
 
     model_id: str = ""
     dim: int = EMBED_DIM
 
-    def __init__(self, cache_file: str | Path | None = None) -> None:
+    def __init__(self) -> None:
         self._cache: dict[str, np.ndarray] = {}
         self._tokens: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
-        self._dirty = False
-        self.cache_file = Path(cache_file) if cache_file is not None else None
-        if self.cache_file is not None and self.cache_file.exists():
-            self._load_cache(self.cache_file)
+        self.store: EmbeddingStore | None = None  # embeddings shared with other processes (`use_text_cache`)
+        self.embedded = 0  # strings this encoder ran its model on
 
     def _embed_both(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """One text's sentence embedding (dim,), normalised, and its token embeddings (L, dim), rows
@@ -97,15 +106,25 @@ class _CachedEncoder:
 
     def _fill(self, texts: Sequence[str], tokens: bool) -> None:
         """Embed the texts missing from the sentence cache (or, with `tokens`, the token cache), filling both
-        caches from one `_embed_both`; a sentence already cached (read from a cache file) is kept. Call with
-        the lock held."""
+        caches from the store or one `_embed_both`; a sentence already cached is kept. Call with the lock
+        held."""
         have = self._tokens if tokens else self._cache
-        for t in sorted({t for t in texts if t and t not in have}):  # one at a time: the result must not depend on the batch
+        missing = sorted({t for t in texts if t and t not in have})
+        if missing and self.store is not None:
+            for t, (sentence, tok) in self.store.get(missing).items():
+                self._tokens[t] = tok
+                self._cache.setdefault(t, sentence)
+            missing = [t for t in missing if t not in have]
+        new: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for t in missing:  # one at a time: the result must not depend on the batch
             sentence, tok = self._embed_both(t)
+            self.embedded += 1
             self._tokens[t] = self._token_rows(tok)
             if t not in self._cache:
                 self._cache[t] = np.asarray(sentence, dtype=np.float32).reshape(self.dim)
-                self._dirty = True
+            new[t] = (self._cache[t], self._tokens[t])
+        if new and self.store is not None:
+            self.store.put(new)
 
     def _token_rows(self, tok: np.ndarray) -> np.ndarray:
         return np.asarray(tok, dtype=np.float32).reshape(-1, self.dim)[:MAX_TOKENS]
@@ -149,50 +168,18 @@ class _CachedEncoder:
     def __len__(self) -> int:
         return len(self._cache)
 
-    def save_cache(self, path: str | Path | None = None) -> Path | None:
-        """Write the cache (atomically) to `path` or the configured cache file; returns the path written."""
-        target = Path(path) if path is not None else self.cache_file
-        if target is None:
-            return None
-        with self._lock:
-            texts = sorted(self._cache)
-            emb = np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".tmp.npz")
-            np.savez(tmp, model_id=np.array(self.model_id), texts=np.array(texts, dtype=np.str_), emb=emb)
-            os.replace(tmp, target)
-            self._dirty = False
-        return target
-
-    def _load_cache(self, path: Path) -> None:
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                model_id = str(z["model_id"])
-                texts = [str(t) for t in z["texts"]]
-                emb = np.asarray(z["emb"], dtype=np.float32)
-        except Exception as e:  # noqa: BLE001 - any unreadable file is reported the same way
-            raise TextEncoderError(f"text cache '{path}' is unreadable: {type(e).__name__}: {e}") from None
-        if model_id != self.model_id:
-            raise TextEncoderError(
-                f"text cache '{path}' holds embeddings of model '{model_id}', not '{self.model_id}'"
-            )
-        if emb.shape != (len(texts), self.dim):
-            raise TextEncoderError(f"text cache '{path}' has embeddings of shape {emb.shape}, want ({len(texts)}, {self.dim})")
-        self._cache.update(zip(texts, emb))
-
 
 class TextEncoder(_CachedEncoder):
     """MiniLM sentence embeddings (384-d, normalised), loaded offline on first use.
 
     Args:
-        cache_file: optional .npz file the cache is read from now and written to by `save_cache()`.
         device: torch device for the embedder ("cpu").
     """
 
     model_id = MINILM_ID
 
-    def __init__(self, cache_file: str | Path | None = None, device: str = "cpu") -> None:
-        super().__init__(cache_file)
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__()
         self.device = device
         self._model: Any = None
 
@@ -280,10 +267,124 @@ def unfamiliar_variants(text: str, n: int, share: float = 1 / 3) -> tuple[str, .
     return tuple(out)
 
 
+class EmbeddingStore:
+    """Sentence and token embeddings of one encoder in an SQLite file that processes and runs share.
+
+    One row per (fingerprint, text): the model id, torch and transformers versions and CPU (architecture,
+    model, instruction-set flags) that made the bits, and the text; a file written under another fingerprint is not read. Rows are only ever
+    added (`INSERT OR IGNORE`: two processes that embed the same string store the same bits), in WAL mode with
+    a busy timeout, so concurrent writers wait rather than fail.
+
+    Raises:
+        TextEncoderError: the file cannot be opened or is not a readable embedding store (named).
+    """
+
+    def __init__(self, path: str | Path, model_id: str, dim: int) -> None:
+        self.path, self.dim = Path(path), dim
+        self.fingerprint = _fingerprint(model_id)
+        self._db: sqlite3.Connection | None = None
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                db = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")  # no fsync per commit: a cache lost to a power cut costs time only
+                db.execute("CREATE TABLE IF NOT EXISTS embeddings (fingerprint TEXT NOT NULL, text TEXT NOT NULL, "
+                           "sentence BLOB NOT NULL, tokens BLOB NOT NULL, PRIMARY KEY (fingerprint, text)) WITHOUT ROWID")
+                db.commit()
+            except (OSError, sqlite3.Error) as e:
+                raise TextEncoderError(f"text cache '{self.path}' cannot be used: {type(e).__name__}: {e}") from None
+            self._db = db
+        return self._db
+
+    def get(self, texts: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """{text: (sentence (dim,), tokens (L, dim))} for the texts the file holds."""
+        out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        db = self._conn()
+        texts = list(texts)
+        try:
+            for i in range(0, len(texts), 500):  # SQLite's limit on bound parameters
+                part = texts[i : i + 500]
+                rows = db.execute(f"SELECT text, sentence, tokens FROM embeddings WHERE fingerprint = ? AND text IN "
+                                  f"({','.join('?' * len(part))})", [self.fingerprint, *part]).fetchall()
+                for text, sentence, tokens in rows:
+                    out[text] = (np.frombuffer(sentence, np.float32).copy(),
+                                 np.frombuffer(tokens, np.float32).reshape(-1, self.dim).copy())
+        except (sqlite3.Error, ValueError) as e:
+            raise TextEncoderError(f"text cache '{self.path}' is unreadable: {type(e).__name__}: {e}") from None
+        return out
+
+    def put(self, items: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Add embeddings (one transaction); a text already there keeps its row."""
+        db = self._conn()
+        rows = [(self.fingerprint, t, np.ascontiguousarray(s, np.float32).tobytes(),
+                 np.ascontiguousarray(k, np.float32).tobytes()) for t, (s, k) in items.items()]
+        try:
+            with db:
+                db.executemany("INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?, ?)", rows)
+        except sqlite3.Error as e:
+            raise TextEncoderError(f"text cache '{self.path}' cannot be written: {type(e).__name__}: {e}") from None
+
+    def __len__(self) -> int:
+        row = self._conn().execute("SELECT COUNT(*) FROM embeddings WHERE fingerprint = ?", [self.fingerprint]).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _fingerprint(model_id: str) -> str:
+    """What an embedding's bits depend on besides the text: model, torch, transformers, CPU (`_cpu`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def ver(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return "none"
+
+    return f"{model_id}|torch {ver('torch')}|transformers {ver('transformers')}|{platform.machine()} {_cpu()}"
+
+
+def _cpu() -> str:
+    """A short digest of the CPU's model and instruction-set flags (the kernels torch picks, and so the last
+    bits of a product, depend on them); "" where /proc/cpuinfo is not there."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    keep = sorted({ln.strip() for ln in lines if ln.startswith(("model name", "flags"))})
+    return hashlib.blake2b("\n".join(keep).encode(), digest_size=6).hexdigest()
+
+
 _SHARED: dict[str, _CachedEncoder] = {}
+_STORE_PATH: list[Path | None] = [None]
 
 
-def text_encoder_for(name_or_id: str, cache_file: str | Path | None = None) -> _CachedEncoder:
+def use_text_cache(path: str | Path | None) -> None:
+    """Keep this process's MiniLM embeddings in the SQLite file `path` from now on, shared with every process
+    that uses the same file (None: in memory only, as before the call). See `EmbeddingStore`."""
+    new = Path(path) if path is not None else None
+    if new == _STORE_PATH[0]:
+        return
+    _STORE_PATH[0] = new
+    enc = _SHARED.get(MINILM_ID)
+    if enc is not None:
+        if enc.store is not None:
+            enc.store.close()
+        enc.store = EmbeddingStore(new, enc.model_id, enc.dim) if new is not None else None
+
+
+def text_cache_path() -> Path | None:
+    """The file `use_text_cache` set (None: none)."""
+    return _STORE_PATH[0]
+
+
+def text_encoder_for(name_or_id: str) -> _CachedEncoder:
     """The encoder for a config name ("minilm", "hashing") or a recorded model id; shared per process.
 
     Raises:
@@ -294,9 +395,10 @@ def text_encoder_for(name_or_id: str, cache_file: str | Path | None = None) -> _
         raise TextEncoderError(
             f"unknown text model '{name_or_id}'. Available: ['minilm', 'hashing', '{MINILM_ID}', '{HASHING_ID}']"
         )
-    if cache_file is None and key in _SHARED:
+    if key in _SHARED:
         return _SHARED[key]
-    enc: _CachedEncoder = TextEncoder(cache_file) if key == MINILM_ID else HashingTextEncoder(cache_file)
-    if cache_file is None:
-        _SHARED[key] = enc
+    enc: _CachedEncoder = TextEncoder() if key == MINILM_ID else HashingTextEncoder()
+    _SHARED[key] = enc
+    if key == MINILM_ID and _STORE_PATH[0] is not None:  # the hashing stand-in is cheaper than a lookup
+        enc.store = EmbeddingStore(_STORE_PATH[0], enc.model_id, enc.dim)
     return enc
