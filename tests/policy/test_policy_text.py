@@ -169,6 +169,8 @@ def test_use_text_cache_gives_the_shared_minilm_encoder_its_store(tmp_path: Path
 
     assert text_cache_file(RuntimeConfig(), tmp_path / "runs" / "r1") == (tmp_path / "runs" / ".text_cache.sqlite").resolve()
     assert text_cache_file(RuntimeConfig(text_cache="off"), tmp_path / "r1") is None
+    assert RuntimeConfig.model_validate({"text_cache": False}).text_cache is None  # `--set runtime.text_cache=off`, read as YAML
+    assert text_cache_file(RuntimeConfig(text_cache="~/c.sqlite"), tmp_path) == Path("~/c.sqlite").expanduser()
     before = text_cache_path()
     try:
         use_text_cache(tmp_path / "c.sqlite")
