@@ -254,3 +254,12 @@ def test_the_layout_prior_learns_the_data_as_collected_not_as_weighted(hashing) 
     lay0, lang0, loss0 = grads(plain)
     assert loss == loss0 and torch.equal(lang, lang0)
     assert torch.allclose(lay, lay0 * share / 0.5, atol=1e-7) and float(lay0.abs().sum()) > 0
+
+    # from the round-0 demos alone (`engine.layout_prior = "replay"`): the generated episode teaches it nothing
+    only = ChunkDataset(eps, hashing, chunk_len=4, sources=sources, source_weights=weights, natural_prior=True,
+                        prior_sources=("replay",))
+    assert only.bc_layout_scale is not None and float(only.bc_layout_scale[new].abs().sum()) == 0.0
+    assert torch.allclose(only.bc_layout_scale[~new], torch.tensor(1.0 / 0.5))  # a replay sample: drawn half the time
+    assert float((only.bc_prob * only.bc_layout_scale).sum()) == pytest.approx(1.0)  # uniform over replay samples
+    lay1, lang1, loss1 = grads(only)
+    assert loss1 == loss0 and torch.equal(lang1, lang0) and float(lay1.abs().sum()) == 0.0

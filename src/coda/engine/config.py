@@ -31,7 +31,7 @@ class EngineConfig(Section):
     expert_weight: float = Field(1.0, ge=0)  # data weight of expert demos in generated scenes
     corrective_weight: float = Field(1.0, ge=0)  # data weight of corrective demos from failure states (0: none are labelled)
     replay_weight: float = Field(1.0, ge=0)  # data weight of the SFT demos replayed against forgetting
-    layout_prior: Literal["natural", "sampled"] = "natural"  # the pointers' layout prior (where targets usually are) learns the targets' frequencies in the demos as collected ("natural") or as the data weights draw them ("sampled": oversampled generated scenes, made to break that prior, flatten it)
+    layout_prior: Literal["natural", "sampled", "replay"] = "natural"  # the pointers' layout prior (where targets usually are) learns the targets' frequencies in the demos as collected ("natural"), as the data weights draw them ("sampled": oversampled generated scenes, made to break that prior, flatten it), or in the round-0 demos alone ("replay": the training distribution, however many generated demos the rounds add)
     max_oversample: float | None = Field(4.0, ge=1)  # no data source fills more than this times its share of all BC samples (None: no cap)
     retrain: bool = False  # a round trains a fresh policy on every demo so far (policy.train_steps) instead of fine-tuning
     finetune_lr_scale: float = Field(1.0, gt=0, le=1)  # a round fine-tunes at this times policy.lr (smaller steps forget less)

@@ -78,7 +78,8 @@ def finetune(
     data = load_chunk_dataset([*demo_dirs, *new], policy.cfg, policy.text, shaping_weight=shaping_weight,
                               source_of=source_of, source_weights=weights,
                               max_oversample=cfg.engine.max_oversample,
-                              natural_prior=cfg.engine.layout_prior == "natural")
+                              natural_prior=cfg.engine.layout_prior in ("natural", "replay"),
+                              prior_sources=("replay",) if cfg.engine.layout_prior == "replay" else None)
     steps = cfg.policy.finetune_steps
     if cfg.engine.retrain:  # a fresh network, normalised for all the data so far
         fresh = policy.cfg.model_copy(update={"lr": cfg.policy.lr})

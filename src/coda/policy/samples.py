@@ -263,6 +263,8 @@ class ChunkDataset:
             from the weighted batches. Generated scenes are oversampled because they were made to break that
             prior; drawn at their weight they would flatten it, and an instruction whose words the text model
             cannot read would then be decided by noise.
+        prior_sources: with `natural_prior`, the sources whose samples the layout prior learns from (uniformly
+            over their samples; the others' gradient to it is 0); None: every source.
     Raises:
         DatasetError: no BC samples, episodes with different dims, or sources/weights that do not fit.
     """
@@ -279,6 +281,7 @@ class ChunkDataset:
         max_oversample: float | None = None,
         unfamiliar_variants: int = 0,
         natural_prior: bool = False,
+        prior_sources: Sequence[str] | None = None,
     ) -> None:
         if source_weights is not None and sources is None:
             raise DatasetError("source_weights given without sources: tag each episode with its source")
@@ -307,7 +310,11 @@ class ChunkDataset:
         self.bc_layout_scale: Tensor | None = None
         if natural_prior and self.bc_prob is not None:
             drawn = self.bc_prob > 0  # a sample never drawn needs no factor
-            self.bc_layout_scale = torch.where(drawn, 1.0 / (self.n_bc * self.bc_prob.clamp_min(1e-300)), 0.0).to(torch.float32)
+            n = self.n_bc
+            if prior_sources is not None:  # only these sources' samples, uniformly
+                drawn &= torch.tensor([src in prior_sources for src in rows.bc_src], dtype=torch.bool)
+                n = max(1, int(drawn.sum()))
+            self.bc_layout_scale = torch.where(drawn, 1.0 / (n * self.bc_prob.clamp_min(1e-300)), 0.0).to(torch.float32)
 
     def _set_observations(self, rows: _EpisodeRows, text: TextEmbedder) -> None:
         """Observation tensors of every row, the string table and its embeddings."""

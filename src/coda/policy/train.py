@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,6 +245,7 @@ def load_chunk_dataset(
     source_weights: Mapping[str, float] | None = None,
     max_oversample: float | None = None,
     natural_prior: bool = False,
+    prior_sources: Sequence[str] | None = None,
 ) -> ChunkDataset:
     """Read one or more demo directories into a ChunkDataset for `cfg` (chunk length, discount).
 
@@ -253,7 +254,7 @@ def load_chunk_dataset(
         source_weights: BC sampling weight per source name (see `coda.policy.samples`).
         max_oversample: cap on a source's share relative to uniform sampling (see `coda.policy.samples`).
         natural_prior: the pointers' layout prior learns from the data as collected, not as `source_weights` draw
-            it (see `coda.policy.samples`).
+            it (see `coda.policy.samples`); `prior_sources`: only from these sources' samples.
     """
     from coda.policy.data import DemoDataset
 
@@ -266,7 +267,8 @@ def load_chunk_dataset(
     items = [(i, ep) for i, d in enumerate(demo_dirs) for ep in DemoDataset(d).episodes()]
     return ChunkDataset((ep for _, ep in items), text, cfg.chunk_len, cfg.gamma, shaping_weight,
                         sources=[source_of(i, ep) for i, ep in items], source_weights=source_weights,
-                        max_oversample=max_oversample, unfamiliar_variants=variants, natural_prior=natural_prior)
+                        max_oversample=max_oversample, unfamiliar_variants=variants, natural_prior=natural_prior,
+                        prior_sources=prior_sources)
 
 
 def train_sft(
