@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from coda.errors import CodaError, SchemaVersionError
 from coda.redact import one_line, redact_bounded
+from coda.scene.factors import FACTOR_KINDS, SceneFactor
 from coda.scene.spec import ScenarioSpec, format_validation_error
 from coda.shaping.program import STAGE_KINDS, entity_kinds
 
@@ -52,18 +53,6 @@ FailureMode = Literal[
     "other",
 ]
 
-#: Scene factors a diagnosis can blame, and what `value` holds for each.
-FACTOR_KINDS: dict[str, str] = {
-    "position": "where an object sits; value = a region name (e.g. far_left) or 'x,y' in metres",
-    "region": "which table region the task happens in; value = a region name",
-    "instruction": "the wording of the instruction; value = the phrase that misled the policy",
-    "task": "which object or container the instruction asks for in this layout; value = the requested target in words",
-    "object_attribute": "an object's look; value = attribute=word, e.g. color=crimson, shape=cylinder, size=large",
-    "distractor": "another object that drew the policy; entity = the distractor",
-    "physics": "a physical parameter; value = name=number, e.g. friction_scale=0.4, mass_scale=3",
-}
-FactorKind = Literal["position", "region", "instruction", "task", "object_attribute", "distractor", "physics"]
-
 STAGE_REACHED = ("none", *STAGE_KINDS)
 StageReached = Literal["none", "reach", "grasp", "lift", "carry", "place", "push", "open", "close"]
 
@@ -84,15 +73,6 @@ class DiagnosisError(CodaError, ValueError):
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SceneFactor(_Frozen):
-    """A scene factor a diagnosis implicates (see FACTOR_KINDS)."""
-
-    kind: FactorKind  # which axis of the scene
-    entity: str | None  # the scene entity it concerns (object/container/region name), None if scene-wide
-    value: str = Field(max_length=200)  # the factor's value in words (region name, phrase, attribute=word...)
-    detail: str = Field(max_length=_MAX_TEXT)  # why this factor matters, one sentence
 
 
 class DiagnosisAnswer(_Frozen):
