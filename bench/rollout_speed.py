@@ -3,10 +3,10 @@
 - bare env: the actions the policy sent, replayed through `TabletopEnv.step` in the same scenes (observation,
   state and success check included: the simulator's side of a rollout, without the policy).
 - policy rollouts at batch 1, 2, 4, 8 and 16 (`coda.engine.rollout.rollout_batch`): that many episodes
-  run together in one process, the policy called for all that need a chunk at once, each episode then run through its chunk. Steps/s
-  are per second of this process's CPU time, with the scenes' words already embedded (once per scene and
-  process, recorded apart as `embed_words_cpu_s_per_scene`). Every batch size must give the same episodes as batch 1
-  (actions compared bit for bit): `identical_episodes`. Each batch size's rollouts are followed by a bare-env
+  run together in one process, the policy called for all that need a chunk at once, each episode then run
+  through its chunk. Steps/s are per second of this process's CPU time, with the scenes' words already
+  embedded (once per scene and process, recorded apart as `embed_words_cpu_s_per_scene`). Every batch size
+  must give the same episodes as batch 1 (actions compared bit for bit): `identical_episodes`. Each batch size's rollouts are followed by a bare-env
   replay, over `--passes` passes; `ratio_to_env` is the median over passes of the rollouts' speed over the
   replay's right after them (a shared machine's speed drifts by more than the gaps measured here: the pairs
   see the same drift), `ratio_to_env_pooled` all rollouts' CPU time over all replays'.

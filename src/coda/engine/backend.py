@@ -49,6 +49,8 @@ import numpy as np
 from coda.registry import Registry
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from coda.config import CodaConfig
     from coda.engine.context import RunContext
     from coda.sim.config import SimConfig
@@ -107,10 +109,10 @@ class RoundBackend:
         """`fn(job)` of each job on the backend's worker pool (each worker with its own backend and env,
         started once), results in job order."""
         if self._pool is None:
-            from coda.engine.rollout import driver_text_cache
+            from coda.policy.text import text_cache_path
 
             self._pool = self.executor.pool(_init_worker, (type(self), self.cfg.model_dump(mode="json"),
-                                                           driver_text_cache()), _close_worker)
+                                                           text_cache_path()), _close_worker)
         self.worker_jobs += len(jobs)
         return self._pool.map(fn, jobs)
 
@@ -304,9 +306,9 @@ class RoundBackend:
 _WORKER: dict[str, Any] = {}  # a backend worker's backend and env (and its verifier, per checkpoint and seed)
 
 
-def _init_worker(backend_cls: type[RoundBackend], cfg: dict[str, Any], text_cache: str | None = None) -> None:
+def _init_worker(backend_cls: type[RoundBackend], cfg: dict[str, Any], text_cache: Path | None = None) -> None:
     from coda.config import CodaConfig
-    from coda.engine.rollout import worker_text_cache
+    from coda.policy.text import worker_text_cache
     from coda.runtime.executor import LocalExecutor
 
     worker_text_cache(text_cache)  # the verifier's policy reads the same words the driver's did

@@ -90,7 +90,7 @@ def collect_task_demos(units: Sequence[TaskUnit], out_dir: str | Path, *, worker
 _WORKER: dict[str, Any] = {}
 
 
-def _init_eval(checkpoint: Any, text_cache: str | None = None) -> None:
+def _init_eval(checkpoint: Any, text_cache: Path | None = None) -> None:
     from coda.runtime.executor import local_file
     from coda.sim.libero.env import LiberoEnv
 
@@ -104,7 +104,7 @@ def _init_eval(checkpoint: Any, text_cache: str | None = None) -> None:
 
     torch.set_num_threads(1)  # two processes on two cores
     from coda.engine.libero_eval import TargetPolicyAdapter
-    from coda.engine.rollout import worker_text_cache
+    from coda.policy.text import worker_text_cache
     from coda.policy.checkpoint import load_policy
 
     worker_text_cache(text_cache)
@@ -137,13 +137,13 @@ def evaluate_units(checkpoint: str | Path | None, units: Sequence[TaskUnit], *, 
     every unit, in order, each episode capped at `max_steps` (default: the suite's horizon), the units run on
     `executor` (default: `workers` local processes). The policy's sampling is seeded per scenario
     (`episode_seed`), so results do not depend on the workers."""
-    from coda.engine.rollout import driver_text_cache
+    from coda.policy.text import text_cache_path
 
     ex = _executor(executor, workers)
     shipped = None if checkpoint is None else ex.ship(checkpoint)
     out: list[list[tuple[bool, int]]] = []
     jobs = [(u, max_steps) for u in units]
-    for u, r in zip(units, ex.map(_eval_unit, jobs, init=_init_eval, initargs=(shipped, driver_text_cache()),
+    for u, r in zip(units, ex.map(_eval_unit, jobs, init=_init_eval, initargs=(shipped, text_cache_path()),
                                   close=_close_eval)):
         out.append(r)
         if on_done:

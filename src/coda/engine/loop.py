@@ -326,7 +326,6 @@ def run(ctx: RunContext) -> RunResult:
     from coda.engine.fork import copy_round0, read_source
     from coda.engine.round import run_round
     from coda.engine.strategies import make_strategy
-
     from coda.policy.text import use_text_cache
     from coda.runtime.config import text_cache_file
 

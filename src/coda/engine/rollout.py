@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from coda.policy.text import text_cache_path, worker_text_cache
 from coda.scene.spec import ScenarioSpec
 from coda.sim.config import SimConfig
 
@@ -144,13 +145,13 @@ def rollout_batch(
     record_states: bool = True,
     on_done: Callable[[int, Rollout], None] | None = None,
 ) -> list[Rollout]:
-    """Roll `policy` out once in each scene, `len(envs)` episodes in lockstep; results in the order of `specs`.
+    """Roll `policy` out once in each scene, `len(envs)` episodes at a time; results in the order of `specs`.
 
     Each env runs one episode at a time; the episodes whose action schedule needs a chunk are predicted
     together (`policy.chunks_for`, one forward pass), each with its own sampling stream seeded by
-    `episode_seed(spec)`, then each episode runs through its chunk's actions in its env. An episode that ends hands its env to the next scene.
-    A policy's rows do not depend on the batch they are computed in, so every episode is the one
-    `rollout_policy` gives in the same scene. A policy that cannot batch (`batches_rollouts`) runs its
+    `episode_seed(spec)`, then each episode runs through its chunk's actions in its env. An episode that ends
+    hands its env to the next scene. A policy's rows do not depend on the batch they are computed in, so every
+    episode is the one `rollout_policy` gives in the same scene. A policy that cannot batch (`batches_rollouts`) runs its
     episodes one after another in `envs[0]`.
 
     Args:
@@ -191,14 +192,15 @@ def stream_rollouts(
     render_size: int = 128,
     record_states: bool = True,
 ) -> Iterator[tuple[Any, Rollout]]:
-    """(key, rollout) for each (key, scene) of `scenes`, as the episodes end: `slots` episodes in lockstep,
+    """(key, rollout) for each (key, scene) of `scenes`, as the episodes end: `slots` episodes at a time,
     each slot's env `env_at(slot)` (asked for only when the slot first gets a scene), a scene taken from
     `scenes` whenever a slot frees (so `scenes` may be a shared queue other workers take from too).
 
     The episodes meet at chunk boundaries: those whose action schedule needs a chunk are predicted together
     (`policy.chunks_for`, one forward pass), each with its own sampling stream seeded by `episode_seed(spec)`,
-    then each runs through its chunk's actions in its env before the next env's turn. A policy's rows do not depend on the batch they are computed in, so every episode
-    is the one `rollout_policy` gives in the same scene. A policy that cannot batch (`batches_rollouts`), or
+    then each runs through its chunk's actions in its env before the next env's turn. A policy's rows do not
+    depend on the batch they are computed in, so every episode is the one `rollout_policy` gives in the same
+    scene. A policy that cannot batch (`batches_rollouts`), or
     one slot, runs the episodes one after another in `env_at(0)`.
     """
     opts = dict(max_steps=max_steps, keyframes=keyframes, render_size=render_size, record_states=record_states)
@@ -270,7 +272,7 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(checkpoint: Any, sim_cfg: dict[str, Any], overrides: dict[str, Any] | None,
-                 text_cache: str | None = None) -> None:
+                 text_cache: Path | None = None) -> None:
     # Two processes on two cores: each keeps to one thread so they do not fight.
     torch.set_num_threads(1)
     from coda.policy.checkpoint import load_policy
@@ -292,7 +294,7 @@ def _close_worker() -> None:
 
 def _run_stream(scenes: Iterator[tuple[int, ScenarioSpec]], keyframes: int, size: int, record_states: bool,
                 batch: int) -> list[tuple[int, Rollout]]:
-    """One job of the shared queue: `batch` episodes in lockstep in this worker's envs (kept for its later
+    """One job of the shared queue: `batch` episodes at a time in this worker's envs (kept for its later
     jobs), taking scenes as envs free."""
     from coda.engine.backend import round_env
 
@@ -306,23 +308,6 @@ def _run_stream(scenes: Iterator[tuple[int, ScenarioSpec]], keyframes: int, size
     with torch.no_grad():
         return list(stream_rollouts(env_at, batch, _WORKER["policy"], scenes, keyframes=keyframes,
                                     render_size=size, record_states=record_states))
-
-
-def driver_text_cache() -> str | None:
-    """The text-embedding cache this process uses, for its workers (`coda.policy.text.use_text_cache`)."""
-    from coda.policy.text import text_cache_path
-
-    path = text_cache_path()
-    return str(path) if path is not None else None
-
-
-def worker_text_cache(path: str | None) -> None:
-    """In a worker: use the driver's text-embedding cache `path`, where this machine sees its folder (a Ray
-    worker on another node embeds in memory)."""
-    from coda.policy.text import use_text_cache
-
-    if path is not None and Path(path).parent.is_dir():
-        use_text_cache(path)
 
 
 def queue_quota(batch: int) -> int:
@@ -351,7 +336,7 @@ def evaluate_checkpoint(
         specs: scenes.
         sim_cfg: simulator settings (horizon, rendering size).
         workers: processes (1 = in this process), when no `executor` is given.
-        batch: episodes each process steps in lockstep (`rollout_batch`; default `runtime.rollout_batch`'s
+        batch: episodes each process runs at a time (`rollout_batch`; default `runtime.rollout_batch`'s
             default); the episodes do not depend on it.
         keyframes: front-camera frames kept per failed episode (successes are not rendered).
         record_states: keep privileged state traces (needed by the critic and verifier).
@@ -380,7 +365,7 @@ def evaluate_checkpoint(
     for j, r in executor.map_queue(fn, [specs[i] for i in order], quota=queue_quota(batch), init=_init_worker,
                                    close=_close_worker,
                                    initargs=(executor.ship(checkpoint), sim_cfg.model_dump(), overrides,
-                                             driver_text_cache())):
+                                             text_cache_path())):
         i = order[j]
         out[i] = r
         if on_done:

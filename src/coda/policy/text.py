@@ -104,24 +104,20 @@ class _CachedEncoder:
         normalised, 1 <= L; both from one pass where the model gives both."""
         raise NotImplementedError
 
-    def _fill(self, texts: Sequence[str], tokens: bool) -> None:
-        """Embed the texts missing from the sentence cache (or, with `tokens`, the token cache), filling both
-        caches from the store or one `_embed_both`; a sentence already cached is kept. Call with the lock
-        held."""
-        have = self._tokens if tokens else self._cache
-        missing = sorted({t for t in texts if t and t not in have})
+    def _fill(self, texts: Sequence[str]) -> None:
+        """Fill both caches (sentence and tokens, always together) for the texts missing from them, from the
+        store or one `_embed_both` each. Call with the lock held."""
+        missing = sorted({t for t in texts if t and t not in self._cache})
         if missing and self.store is not None:
             for t, (sentence, tok) in self.store.get(missing).items():
-                self._tokens[t] = tok
-                self._cache.setdefault(t, sentence)
-            missing = [t for t in missing if t not in have]
+                self._cache[t], self._tokens[t] = sentence, tok
+            missing = [t for t in missing if t not in self._cache]
         new: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for t in missing:  # one at a time: the result must not depend on the batch
             sentence, tok = self._embed_both(t)
             self.embedded += 1
+            self._cache[t] = np.asarray(sentence, dtype=np.float32).reshape(self.dim)
             self._tokens[t] = self._token_rows(tok)
-            if t not in self._cache:
-                self._cache[t] = np.asarray(sentence, dtype=np.float32).reshape(self.dim)
             new[t] = (self._cache[t], self._tokens[t])
         if new and self.store is not None:
             self.store.put(new)
@@ -145,7 +141,7 @@ class _CachedEncoder:
         """
         texts = self._check(texts)
         with self._lock:
-            self._fill(texts, tokens=False)
+            self._fill(texts)
             out = np.zeros((len(texts), self.dim), dtype=np.float32)
             for i, t in enumerate(texts):
                 if t:
@@ -161,7 +157,7 @@ class _CachedEncoder:
         """
         texts = self._check(texts)
         with self._lock:
-            self._fill(texts, tokens=True)
+            self._fill(texts)
             empty = np.zeros((0, self.dim), np.float32)
             return [self._tokens[t] if t else empty for t in texts]
 
@@ -271,9 +267,9 @@ class EmbeddingStore:
     """Sentence and token embeddings of one encoder in an SQLite file that processes and runs share.
 
     One row per (fingerprint, text): the model id, torch and transformers versions and CPU (architecture,
-    model, instruction-set flags) that made the bits, and the text; a file written under another fingerprint is not read. Rows are only ever
-    added (`INSERT OR IGNORE`: two processes that embed the same string store the same bits), in WAL mode with
-    a busy timeout, so concurrent writers wait rather than fail.
+    model, instruction-set flags) that made the bits, and the text; a file written under another fingerprint
+    is not read. Rows are only ever added (`INSERT OR IGNORE`: two processes that embed the same string store
+    the same bits), in WAL mode with a busy timeout, so concurrent writers wait rather than fail.
 
     Raises:
         TextEncoderError: the file cannot be opened or is not a readable embedding store (named).
@@ -290,9 +286,10 @@ class EmbeddingStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 db = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
                 db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")  # no fsync per commit: a cache lost to a power cut costs time only
+                db.execute("PRAGMA synchronous=NORMAL")  # no fsync per commit: a lost cache costs time only
                 db.execute("CREATE TABLE IF NOT EXISTS embeddings (fingerprint TEXT NOT NULL, text TEXT NOT NULL, "
-                           "sentence BLOB NOT NULL, tokens BLOB NOT NULL, PRIMARY KEY (fingerprint, text)) WITHOUT ROWID")
+                           "sentence BLOB NOT NULL, tokens BLOB NOT NULL, PRIMARY KEY (fingerprint, text)) "
+                           "WITHOUT ROWID")
                 db.commit()
             except (OSError, sqlite3.Error) as e:
                 raise TextEncoderError(f"text cache '{self.path}' cannot be used: {type(e).__name__}: {e}") from None
@@ -328,7 +325,8 @@ class EmbeddingStore:
             raise TextEncoderError(f"text cache '{self.path}' cannot be written: {type(e).__name__}: {e}") from None
 
     def __len__(self) -> int:
-        row = self._conn().execute("SELECT COUNT(*) FROM embeddings WHERE fingerprint = ?", [self.fingerprint]).fetchone()
+        row = self._conn().execute("SELECT COUNT(*) FROM embeddings WHERE fingerprint = ?",
+                                   [self.fingerprint]).fetchone()
         return int(row[0])
 
     def close(self) -> None:
@@ -372,16 +370,28 @@ def use_text_cache(path: str | Path | None) -> None:
     if new == _STORE_PATH[0]:
         return
     _STORE_PATH[0] = new
-    enc = _SHARED.get(MINILM_ID)
-    if enc is not None:
-        if enc.store is not None:
-            enc.store.close()
-        enc.store = EmbeddingStore(new, enc.model_id, enc.dim) if new is not None else None
+    if MINILM_ID in _SHARED:
+        _attach_store(_SHARED[MINILM_ID])
+
+
+def worker_text_cache(path: str | Path | None) -> None:
+    """In a worker process: use the driver's cache `path` (its `text_cache_path()`), where this machine sees
+    its folder (a Ray worker on another node embeds in memory)."""
+    if path is not None and Path(path).parent.is_dir():
+        use_text_cache(path)
 
 
 def text_cache_path() -> Path | None:
     """The file `use_text_cache` set (None: none)."""
     return _STORE_PATH[0]
+
+
+def _attach_store(enc: _CachedEncoder) -> None:
+    """Give the shared MiniLM encoder the store of the file `use_text_cache` set (none: no store)."""
+    if enc.store is not None:
+        enc.store.close()
+    path = _STORE_PATH[0]
+    enc.store = EmbeddingStore(path, enc.model_id, enc.dim) if path is not None else None
 
 
 def text_encoder_for(name_or_id: str) -> _CachedEncoder:
@@ -399,6 +409,6 @@ def text_encoder_for(name_or_id: str) -> _CachedEncoder:
         return _SHARED[key]
     enc: _CachedEncoder = TextEncoder() if key == MINILM_ID else HashingTextEncoder()
     _SHARED[key] = enc
-    if key == MINILM_ID and _STORE_PATH[0] is not None:  # the hashing stand-in is cheaper than a lookup
-        enc.store = EmbeddingStore(_STORE_PATH[0], enc.model_id, enc.dim)
+    if key == MINILM_ID:  # the hashing stand-in is cheaper than a lookup
+        _attach_store(enc)
     return enc
