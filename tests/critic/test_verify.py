@@ -9,7 +9,9 @@ from coda.critic.config import CriticConfig
 from coda.critic.diagnosis import Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.noisy import NoisyCritic
 from coda.critic.privileged import PrivilegedCritic
-from coda.critic.verify import Verifier, VerifyError, factor_ops, swapped_pairs, undo_factor
+from coda.critic.verify import Verifier, VerifyError
+from coda.scene.factors import FactorError
+from coda.sim.tabletop.factors import factor_ops, swapped_pairs, undo_factor
 from coda.scene.operators import derive
 from coda.sim.tabletop.experts import rollout_expert
 
@@ -279,9 +281,9 @@ def test_undo_factor_puts_one_factor_back_as_in_training() -> None:
     back = undo_factor(rng, factor("position", region_name, "far_left"), moved)  # a goal region has a centre, not a pos
     assert REGIONS[SFT_PARAMS["push"]["goal_region"]].contains(*back.entity(region_name).center)
     assert undo_factor(rng, factor("position", region_name, "far_left"), push) == push
-    with pytest.raises(VerifyError, match="task factor has no undo"):
+    with pytest.raises(FactorError, match="task factor has no undo"):
         undo_factor(rng, factor("task"), ood)
-    with pytest.raises(VerifyError, match="cannot undo position"):
+    with pytest.raises(FactorError, match="cannot undo position"):
         undo_factor(rng, factor("position", "nonexistent", "far_left"), ood)
 
 
@@ -326,7 +328,7 @@ def test_factor_ops_cover_every_kind(episodes) -> None:
         (call,) = factor_ops(f, spec)
         assert call == {"op": op, "args": args}
         derive(rng, spec, [(call["op"], call["args"])])  # the operators accept them
-    with pytest.raises(VerifyError, match="attribute must be color, size or shape"):
+    with pytest.raises(FactorError, match="attribute must be color, size or shape"):
         factor_ops(SceneFactor(kind="object_attribute", entity=t, value="smell=sweet", detail=""), spec)
 
 

@@ -7,9 +7,9 @@
 - `coda.critic.privileged` — diagnoses from the simulator's state trace (`coda.critic.trace`).
 - `coda.critic.noisy` — corrupts a seeded fraction of another critic's diagnoses (ground truth for benches).
 - `coda.critic.verify` — `Verifier.check(diagnosis, episode, ...) -> Verdict` (its records in
-  `coda.critic.verdict`, the counterfactual scene edits in `coda.critic.counterfactual`).
+  `coda.critic.verdict`; the counterfactual scene edits are the simulator's: `coda.sim.tabletop.factors`).
 - `coda.critic.libero` — diagnoses and verification on LIBERO scenes (scene factors in
-  `coda.critic.libero_factors`).
+  `coda.sim.libero.factors`).
 
 Importing this package is cheap: heavy modules (the openai client, MuJoCo) load only when used.
 """

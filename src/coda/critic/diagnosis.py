@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from coda.errors import CodaError, SchemaVersionError
 from coda.redact import one_line, redact_bounded
 from coda.scene.factors import FACTOR_KINDS, SceneFactor
-from coda.scene.spec import ScenarioSpec, format_validation_error
-from coda.shaping.program import STAGE_KINDS, entity_kinds
+from coda.scene.spec import ScenarioSpec, entity_kinds, format_validation_error
+from coda.shaping.program import STAGE_KINDS
 
 DIAGNOSIS_SCHEMA_VERSION = 2  # 2: factor kind "task"; version-1 records still load
 

@@ -1,7 +1,7 @@
 """The `libero-privileged` critic: diagnoses a failed LIBERO episode from its `LiberoState` trace and BDDL.
 
 **Scene factors** are what a scenario's BDDL changes relative to its task's official BDDL
-(`scenario_factors`, with `undo_factor` and `transplant_factor`, in `coda.critic.libero_factors`): an
+(`scenario_factors`, with `undo_factor` and `transplant_factor`, in `coda.sim.libero.factors`): an
 object's initial region (reassigned, moved or widened: `position`), the goal (`task`), or the instruction
 alone (`instruction`).
 
@@ -40,13 +40,6 @@ import numpy as np
 
 from coda.critic.base import EpisodeRecord
 from coda.critic.diagnosis import CriticResult, Diagnosis, DiagnosisRejected, SceneFactor
-from coda.critic.libero_factors import (
-    LiberoDiagnosisError,
-    scenario_factors,
-    swap_partner,
-    transplant_factor,
-    undo_factor,
-)
 from coda.critic.privileged import DETOUR_PATH, MIN_GRASP_STEPS, release_or_tip
 from coda.critic.trace import CLOSE_MARGIN, TILT_COS
 from coda.shaping.program import ProgramError, Stage, StageProgram
@@ -55,6 +48,13 @@ from coda.shaping.text2potential import PROGRESS_CAP, PlanRejected, StagedPotent
 from coda.sim.libero import suites as S
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.experts import pick_place_task
+from coda.sim.libero.factors import (
+    LiberoDiagnosisError,
+    scenario_factors,
+    swap_partner,
+    transplant_factor,
+    undo_factor,
+)
 from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds, libero_predicates
 from coda.sim.libero.scenario import LiberoScenario
 from coda.sim.libero.state import SKIPPED_FIXTURES, LiberoState, category_words

@@ -35,8 +35,7 @@ from coda.critic.diagnosis import CriticResult, Diagnosis, DiagnosisRejected, Sc
 from coda.critic.trace import MOVED, TraceFacts, trace_facts
 from coda.scene.language import fraction_word, size_word
 from coda.scene.regions import grid_region_of
-from coda.scene.spec import ObjectSpec, RegionSpec, ScenarioSpec
-from coda.shaping.program import entity_kinds
+from coda.scene.spec import ObjectSpec, ScenarioSpec, entity_kinds, entity_xy
 from coda.shaping.resolve import entity_words
 from coda.shaping.text2potential import canonical_plan
 
@@ -59,12 +58,6 @@ RELEVANT: dict[str, tuple[str, ...]] = {
     "drawer_not_operated": ("position", "physics", "instruction", "task"),
     "other": ("position", "region", "instruction", "task", "object_attribute", "distractor", "physics"),
 }
-
-
-def entity_xy(spec: ScenarioSpec, name: str) -> tuple[float, float]:
-    """Where an entity sits on the table: an object's, container's or drawer's `pos`, a region's centre."""
-    e = spec.entity(name)
-    return e.center if isinstance(e, RegionSpec) else e.pos
 
 
 def _nearest_other(spec: ScenarioSpec, near: str | None) -> str | None:

@@ -42,7 +42,6 @@ import numpy as np
 
 from coda.critic.base import EpisodeRecord
 from coda.critic.config import CriticConfig
-from coda.critic.counterfactual import factor_ops, role_of, swapped_pairs, training_region, undo_factor
 from coda.critic.diagnosis import Diagnosis, SceneFactor
 from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS
 from coda.critic.trace import MOVED, TraceFacts, trace_facts
@@ -57,11 +56,13 @@ from coda.critic.verdict import (
     VerifyError,
 )
 from coda.errors import CodaError
+from coda.scene.factors import FactorError
 from coda.scene.spec import ScenarioSpec
 from coda.shaping.config import ShapingConfig
 from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time, try_parse_plan
 from coda.sim.backends import SimBackend, sim_backend
 from coda.sim.config import SimConfig
+from coda.sim.tabletop.factors import factor_ops, role_of, swapped_pairs, training_region, undo_factor
 
 PolicySuccess = Callable[[ScenarioSpec], bool]
 
@@ -306,7 +307,7 @@ class Verifier(VerifierFlow):
             if other is None:
                 try:
                     ops = factor_ops(f, spec, self.cfg.counterfactual_tier)
-                except VerifyError as e:
+                except FactorError as e:
                     ops, error = [], str(e)
             else:  # a swapped layout: swap the two roles in base scenes, swap the pair back in this one
                 ops, error = [{"op": "swap_positions", "args": {"a": role_of(f.entity, spec), "b": role_of(other.entity, spec)}}], ""
@@ -445,9 +446,4 @@ __all__ = [
     "Verifier",
     "VerifyError",
     "check_consistency",
-    "factor_ops",
-    "role_of",
-    "swapped_pairs",
-    "training_region",
-    "undo_factor",
 ]

@@ -47,16 +47,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from coda.critic.diagnosis import Diagnosis, SceneFactor
-from coda.critic.verify import VerifyError, factor_ops
 from coda.engine.modes import Mode, ModeError, entity_for_role, parse_mode_key, role_of
 from coda.engine.widening import combined_factors, merge_placements, neighbourhood, widen
 from coda.errors import CodaError
+from coda.scene.factors import FactorError
 from coda.scene.generators import validation_message
 from coda.scene.programs import GenerationProgram, ProgramError, make_scene
 from coda.scene.spec import FAMILIES, ScenarioSpec
 from coda.scene.splits import SFT_PARAMS, split_program
 from coda.shaping.program import StageProgram
 from coda.shaping.text2potential import PlanRejected, try_parse_plan
+from coda.sim.tabletop.factors import factor_ops
 
 BODY_SCHEMA_VERSION = 1
 MAX_LEVEL = 6  # hard ceiling; EngineConfig.max_level picks the run's
@@ -174,7 +175,7 @@ def _mode_ops(key: str, tokens: Sequence[str], ref: ScenarioSpec, family: str, l
         factor, _ = _factor(t, ref, family, f"mode = {key!r}")
         try:
             base_ops = factor_ops(factor, ref, "train")
-        except VerifyError as e:
+        except FactorError as e:
             raise CompileError(f"mode = {key!r}: factor '{t}' has no operator form: {e}") from None
         widened = widen(t, base_ops, level)
         if t == "task":  # change_task rewrites the instruction; its rewording share joins the wording edits

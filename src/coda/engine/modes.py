@@ -48,11 +48,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from coda.critic.diagnosis import FAILURE_MODES, Diagnosis, SceneFactor
-from coda.critic.verify import Verdict, role_of
+from coda.critic.verify import Verdict
 from coda.errors import CodaError
 from coda.scene.regions import REGIONS, grid_region_of
-from coda.scene.spec import ScenarioSpec
-from coda.shaping.program import entity_kinds
+from coda.scene.spec import ScenarioSpec, entity_kinds
+from coda.sim.tabletop.factors import role_of
 
 KEY_MAX = 256  # the memory's key column width
 ROLES = ("target", "goal", "alt", "other")

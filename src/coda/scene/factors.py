@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coda.errors import CodaError
+
 #: Scene factors a diagnosis can blame, and what `value` holds for each.
 FACTOR_KINDS: dict[str, str] = {
     "position": "where an object sits; value = a region name (e.g. far_left) or 'x,y' in metres",
@@ -28,6 +30,10 @@ FactorKind = Literal["position", "region", "instruction", "task", "object_attrib
 MAX_DETAIL = 4000  # characters of a factor's detail
 
 
+class FactorError(CodaError, ValueError):
+    """A scene factor that a simulator cannot express, apply or undo; the message names the factor and why."""
+
+
 class SceneFactor(BaseModel):
     """A scene factor a diagnosis implicates (see FACTOR_KINDS)."""
 
@@ -39,4 +45,4 @@ class SceneFactor(BaseModel):
     detail: str = Field(max_length=MAX_DETAIL)  # why this factor matters, one sentence
 
 
-__all__ = ["FACTOR_KINDS", "MAX_DETAIL", "FactorKind", "SceneFactor"]
+__all__ = ["FACTOR_KINDS", "MAX_DETAIL", "FactorError", "FactorKind", "SceneFactor"]

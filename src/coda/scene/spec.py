@@ -295,6 +295,19 @@ class ScenarioSpec(_Frozen):
         return ScenarioSpec.from_dict(_plain(data))
 
 
+def entity_kinds(spec: ScenarioSpec) -> dict[str, str]:
+    """Entity name → "object" | "container" | "drawer" | "region"."""
+    kinds = ((ObjectSpec, "object"), (ContainerSpec, "container"), (DrawerSpec, "drawer"))
+    return {e.name: next((k for t, k in kinds if isinstance(e, t)), "region")
+            for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)}
+
+
+def entity_xy(spec: ScenarioSpec, name: str) -> tuple[float, float]:
+    """Where an entity sits on the table: an object's, container's or drawer's `pos`, a region's centre."""
+    e = spec.entity(name)
+    return e.center if isinstance(e, RegionSpec) else e.pos
+
+
 def _plain(x: Any) -> Any:
     if isinstance(x, BaseModel):
         return x.model_dump()

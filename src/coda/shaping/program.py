@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from coda.errors import CodaError
-from coda.scene.spec import ContainerSpec, DrawerSpec, ObjectSpec, RegionSpec, ScenarioSpec, format_validation_error
+from coda.scene.spec import ScenarioSpec, entity_kinds, format_validation_error
 
 PROGRAM_SCHEMA_VERSION = 1
 
@@ -146,25 +146,6 @@ class StageProgram(BaseModel):
         except json.JSONDecodeError as e:
             raise ProgramError(f"stage program JSON is malformed: {e.msg} at line {e.lineno} column {e.colno}") from None
         return cls.from_data(data, spec)
-
-
-def entity_kinds(spec: ScenarioSpec) -> dict[str, str]:
-    """Entity name → "object" | "container" | "drawer" | "region"."""
-    out: dict[str, str] = {}
-    entities: list[ObjectSpec | ContainerSpec | DrawerSpec | RegionSpec] = [*spec.objects, *spec.containers, *spec.drawers, *spec.regions]
-    for e in entities:
-        out[e.name] = _kind_of(e)
-    return out
-
-
-def _kind_of(e: ObjectSpec | ContainerSpec | DrawerSpec | RegionSpec) -> str:
-    if isinstance(e, ObjectSpec):
-        return "object"
-    if isinstance(e, ContainerSpec):
-        return "container"
-    if isinstance(e, DrawerSpec):
-        return "drawer"
-    return "region"
 
 
 def program_json_schema() -> dict[str, Any]:

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coda.registry import Registry
-from coda.scene.spec import ScenarioSpec
-from coda.shaping.program import DEFAULT_LIFT, Stage, entity_kinds
+from coda.scene.spec import ScenarioSpec, entity_kinds
+from coda.shaping.program import DEFAULT_LIFT, Stage
 
 REACH_MARGIN = 0.03  # the gripper "is at" an object within its largest half width plus this, m
 HANDLE_REACH = 0.04  # the gripper "is at" a drawer handle within this distance, m

@@ -29,8 +29,8 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from coda.scene.spec import GoalPredicate, ScenarioSpec, format_validation_error
-from coda.shaping.program import ProgramError, Stage, StageProgram, entity_kinds, program_json_schema
+from coda.scene.spec import GoalPredicate, ScenarioSpec, entity_kinds, format_validation_error
+from coda.shaping.program import ProgramError, Stage, StageProgram, program_json_schema
 from coda.shaping.resolve import NamedEntities, PlanParseError, all_entities, entity_words, resolve
 from coda.shaping.stages import STAGES, make_context
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from coda.critic.diagnosis import SceneFactor
+from coda.scene.factors import FactorError, SceneFactor
 from coda.sim.libero import suites as S
 from coda.sim.libero.bddl_edit import region_ranges
 from coda.sim.libero.errors import LiberoError
@@ -25,7 +25,7 @@ from coda.sim.libero.state import category_words
 from coda.sim.libero.suites import bddl_region_pairs, bddl_regions
 
 
-class LiberoDiagnosisError(LiberoError):
+class LiberoDiagnosisError(LiberoError, FactorError):
     """A scene factor cannot be undone or transplanted; the message names the factor and why."""
 
 

@@ -1,4 +1,5 @@
-"""Scene edits behind the verifier's counterfactual check (`coda.critic.verify`, check b).
+"""The tabletop's factor vocabulary: a scene factor as scene edits, behind the verifier's counterfactual
+check (`coda.critic.verify`, check b) and the generation programs of failure modes (`coda.engine.compile`).
 
 An implicated factor is tested twice: `factor_ops` expresses it as scene-operator calls that apply it to
 *another* scene of the family (entities named by role, `role_of`), and `undo_factor` puts it back in the
@@ -14,12 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from coda.critic.diagnosis import SceneFactor
-from coda.critic.privileged import entity_xy
-from coda.critic.verdict import VerifyError
 from coda.errors import CodaError
-from coda.scene.spec import PALETTE, DrawerSpec, PhysicsSpec, RobotStart, ScenarioSpec
-from coda.shaping.program import entity_kinds
+from coda.scene.factors import FactorError, SceneFactor
+from coda.scene.spec import PALETTE, DrawerSpec, PhysicsSpec, RobotStart, ScenarioSpec, entity_kinds, entity_xy
 
 
 def role_of(name: str | None, spec: ScenarioSpec) -> str:
@@ -47,7 +45,7 @@ def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[
     """Scene-operator calls that apply one factor to *another* scene of the family (entities by role).
 
     Raises:
-        VerifyError: the factor's value cannot be expressed with the registered operators.
+        FactorError: the factor's value cannot be expressed with the registered operators.
     """
     from coda.scene.regions import REGIONS
 
@@ -56,7 +54,7 @@ def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[
         if f.value == "robot_start":
             return [{"op": "move_robot_start", "args": {}}]
         if f.value not in REGIONS:
-            raise VerifyError(f"factor {f.kind} value {f.value!r} is not a named region ({sorted(REGIONS)})")
+            raise FactorError(f"factor {f.kind} value {f.value!r} is not a named region ({sorted(REGIONS)})")
         return [{"op": "place_in_region", "args": {"object": ref, "region": f.value}}]
     if f.kind == "instruction":
         return [{"op": "paraphrase", "args": {"tier": tier, "p_synonym": 1.0}}]
@@ -75,7 +73,7 @@ def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[
         if attr == "shape":
             shapes = [val] if val in ("box", "cylinder", "sphere") else ["box", "cylinder", "sphere"]
             return [{"op": "reshape", "args": {"object": ref, "shapes": shapes}}]
-        raise VerifyError(f"factor object_attribute value {f.value!r}: attribute must be color, size or shape")
+        raise FactorError(f"factor object_attribute value {f.value!r}: attribute must be color, size or shape")
     # physics
     name, _, num = f.value.partition("=")
     v = _num(num.strip())
@@ -85,7 +83,7 @@ def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[
         return [{"op": "scale_physics", "args": {key: rng}}]
     if key == "damping":
         return [{"op": "scale_physics", "args": {"damping": (2.0, 4.0)}}]
-    raise VerifyError(f"factor physics value {f.value!r}: expected friction_scale=x, mass_scale=x or damping")
+    raise FactorError(f"factor physics value {f.value!r}: expected friction_scale=x, mass_scale=x or damping")
 
 
 def training_region(name: str, spec: ScenarioSpec) -> str | None:
@@ -133,7 +131,7 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
     cannot be what would fix the failure.
 
     Raises:
-        VerifyError: the factor has no undo here (a task factor, an unknown entity, an edit that does not fit).
+        FactorError: the factor has no undo here (a task factor, an unknown entity, an edit that does not fit).
     """
     from coda.scene.language import canonical_instruction
 
@@ -142,7 +140,7 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
     if f.kind == "instruction":
         return spec.replace(instruction=canonical_instruction(spec))
     if f.kind == "task":
-        raise VerifyError("a task factor has no undo: the goal is what the episode asked for")
+        raise FactorError("a task factor has no undo: the goal is what the episode asked for")
     if f.kind == "distractor":
         return _undo_distractor(f, spec)
     if f.kind == "object_attribute":
@@ -154,23 +152,23 @@ def undo_factor(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec) ->
 
 def _derived(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec,
              *calls: tuple[str, dict[str, Any]]) -> ScenarioSpec:
-    """`spec` edited by scene-operator `calls` that undo `f`; VerifyError if the edit does not fit."""
+    """`spec` edited by scene-operator `calls` that undo `f`; FactorError if the edit does not fit."""
     from coda.scene.operators import derive
 
     try:
         return derive(rng, spec, list(calls))
     except CodaError as e:
-        raise VerifyError(f"cannot undo {f.kind}={f.value!r}: {str(e).splitlines()[0]}") from None
+        raise FactorError(f"cannot undo {f.kind}={f.value!r}: {str(e).splitlines()[0]}") from None
 
 
 def _edited(f: SceneFactor, spec: ScenarioSpec, **changes: Any) -> ScenarioSpec:
-    """`spec` with fields replaced to undo `f`; VerifyError if the result is not a valid layout."""
+    """`spec` with fields replaced to undo `f`; FactorError if the result is not a valid layout."""
     from coda.scene.layout import problems
 
     out = spec.replace(**changes)
     found = problems(out)
     if found:
-        raise VerifyError(f"cannot undo {f.kind}={f.value!r}: {found[0]}")
+        raise FactorError(f"cannot undo {f.kind}={f.value!r}: {found[0]}")
     return out
 
 
@@ -182,10 +180,10 @@ def _undo_position(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec)
         return _edited(f, spec, robot=RobotStart().model_dump())
     name = f.entity or spec.goal[0].args[0]
     if name not in _entity_names(spec):
-        raise VerifyError(f"cannot undo {f.kind}={f.value!r}: no entity '{name}' in the scene")
+        raise FactorError(f"cannot undo {f.kind}={f.value!r}: no entity '{name}' in the scene")
     region = training_region(name, spec)
     if region is None:
-        raise VerifyError(f"cannot undo {f.kind}={f.value!r}: family '{spec.family}' has no training region "
+        raise FactorError(f"cannot undo {f.kind}={f.value!r}: family '{spec.family}' has no training region "
                           f"for the {role_of(name, spec)} '{name}'")
     if REGIONS[region].contains(*entity_xy(spec, name), tol=0.005):
         return spec  # already where training puts it
@@ -241,7 +239,7 @@ def _undo_attribute(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec
         if objects[name].shape == "box":
             return spec
         return _derived(rng, f, spec, ("reshape", {"object": name, "shapes": ["box"]}))
-    raise VerifyError(f"cannot undo object_attribute {f.value!r} of '{name}'")
+    raise FactorError(f"cannot undo object_attribute {f.value!r} of '{name}'")
 
 
 def _entity_names(spec: ScenarioSpec) -> set[str]:
