@@ -2,36 +2,36 @@
 
 `LiberoVerifier.check(diagnosis, episode, policy_success=..., base_scenes=...) -> Verdict` runs three
 checks in the order every backend's verifier follows (`coda.critic.verdict.VerifierFlow`; the `Verdict`,
-`CheckResult` and `FactorTrial` records are the tabletop verifier's):
+`CheckResult` and `FactorTrial` records are `coda.critic.verdict`'s):
 
 (a) **consistency** — the diagnosis agrees with `libero_trace_facts` over the episode's `LiberoState`
     trace: the episode failed; the claimed stage was reached and is at most `stage_slack` stages short of
     the furthest one; the implicated objects are entities of the scene; the failure mode's evidence is in
     the trace (as in `coda.critic.verify.check_consistency`); the target is implicated by every mode about
     its progress.
-(b) **counterfactual** — for each implicated factor (at most 3), with the current policy:
-    *necessity*: the failed scenario with only that factor undone (`undo_factor`: back as the official
-    BDDL has it) is solved in at least a `counterfactual_margin` share of up to `counterfactual_k`
-    placements; *sufficiency*: up to `counterfactual_k` base scenes of the same suite and task that the
-    policy solves, each with only that factor transplanted (`transplant_factor`), fail in at least a margin
-    share. A factor is reproduced when every test that ran passed and at least one ran; the check passes
-    when one factor is. A diagnosis that blames no scene factor cannot be tested this way and fails.
+(b) **counterfactual** — `VerifierFlow`'s, the one every backend's verifier runs, over LIBERO's factor
+    vocabulary (`coda.sim.libero.factors.factor_edits`, at most 3 factors): *sufficiency*, up to
+    `counterfactual_k` base scenes of the same suite and task that the policy solves, each with only that
+    factor transplanted (`transplant_factor`), fail in at least a margin share above their own failure
+    rate; *necessity*, the failed scenario with only that factor undone (`undo_factor`: back as the
+    official BDDL has it) is solved in at least a `counterfactual_margin` share of up to
+    `counterfactual_k` placements. A diagnosis that blames no scene factor cannot be tested this way and
+    fails.
 (c) **potential** — the diagnosis's stage plan compiles through Text2potential on the scenario
     (`coda.critic.libero.libero_plan_potential`: its phrases resolved to the scene's entities, LIBERO's
     predicates under its stages); its Φ is finite and in [0, 1] along the failed episode, and along scripted
     expert demonstrations of the scenario it ends at 1 and rises (Spearman rank correlation with time ≥
     `ShapingConfig.min_rank_corr`). A plan that does not compile, or whose Φ does not rise, fails.
 
-Cost: every policy outcome is memoised by `spec_id` for the verifier's life. Per diagnosis the factor tests
-run at most 2·k episodes per factor (k undone placements, k transplanted bases, 3 factors at most); base
-scenes are scanned once, at most k of them, and their outcomes are reused by later diagnoses. A check's
+Cost: every policy outcome is memoised by `spec_id` for the verifier's life (per policy). Per diagnosis the
+factor tests run at most 2·k episodes per factor (k undone placements, k transplanted bases, 3 factors at
+most); base scenes are scanned once, at most 3·k of them, and their outcomes are reused by later diagnoses. A check's
 `episodes` detail counts the policy outcomes it read (memoised or not), so a verdict is the same whichever
 diagnoses the verifier checked before (`LiberoBackend.verify_many` spreads them over processes).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,29 +39,19 @@ import numpy as np
 
 from coda.critic.base import EpisodeRecord
 from coda.critic.config import CriticConfig
-from coda.critic.diagnosis import Diagnosis, SceneFactor
-from coda.critic.libero import (
-    LiberoTraceFacts,
-    libero_entities,
-    libero_trace_facts,
-    swap_partner,
-    transplant_factor,
-    try_libero_plan,
-    undo_factor,
-)
+from coda.critic.diagnosis import Diagnosis
+from coda.critic.libero import LiberoTraceFacts, libero_entities, libero_trace_facts, try_libero_plan
 from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST
 from coda.critic.trace import MOVED
-from coda.critic.verdict import VerifierFlow
-from coda.critic.verify import CHECKS, CheckResult, FactorTrial, VerifyError
-from coda.errors import CodaError
+from coda.critic.verdict import CHECKS, CheckResult, VerifierFlow, VerifyError, verify_seed
 from coda.shaping.config import ShapingConfig
 from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time
+from coda.sim.backends import SimBackend, sim_backend
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.predicates import libero_predicates
 from coda.sim.libero.scenario import LiberoScenario
 
 LiberoPolicySuccess = Callable[[LiberoScenario], bool]
-MAX_FACTORS = 3  # implicated factors tested per diagnosis
 
 
 # ---- (a) consistency ---------------------------------------------------------------------------------
@@ -148,27 +138,8 @@ def check_libero_consistency(d: Diagnosis, f: LiberoTraceFacts, stage_slack: int
 # ---- the verifier ------------------------------------------------------------------------------------
 
 
-def _seeds(seed: int, episode_id: str | None, k: int) -> list[int]:
-    h = hashlib.sha256((episode_id or "").encode()).digest()
-    rng = np.random.default_rng([seed & 0xFFFFFFFF, int.from_bytes(h[:8], "little")])
-    return [int(s) for s in rng.integers(2**31, size=k)]
-
-
 def _first_line(e: Exception) -> str:
     return (str(e).splitlines() or [type(e).__name__])[0]
-
-
-def _trial_reason(t: FactorTrial) -> str:
-    parts = []
-    if t.necessary is not None:
-        parts.append(f"solved {t.undone_success_rate:.2f} of {t.undone_n} with it undone")
-    if t.undo_error:
-        parts.append(t.undo_error)
-    if t.sufficient is not None:
-        parts.append(f"failed {t.factor_failure_rate:.2f} of {t.n} solved bases with it applied")
-    if t.error:
-        parts.append(t.error)
-    return "; ".join(parts) or "no test ran"
 
 
 class LiberoVerifier(VerifierFlow):
@@ -182,13 +153,15 @@ class LiberoVerifier(VerifierFlow):
         require: the checks a verdict needs to pass.
         env_factory: builds the `LiberoEnv` for expert demonstrations (default: a new `LiberoEnv`, closed by
             `close()`; an env from the factory is left to its owner).
+        sim: the backend whose factor vocabulary the counterfactual check uses (default: `libero`).
 
     Raises:
         VerifyError: an unknown check name in `require`.
     """
 
     def __init__(self, cfg: CriticConfig | None = None, *, seed: int = 0, shaping: ShapingConfig | None = None,
-                 require: Sequence[str] = CHECKS, env_factory: Callable[[], Any] | None = None) -> None:
+                 require: Sequence[str] = CHECKS, env_factory: Callable[[], Any] | None = None,
+                 sim: SimBackend | None = None) -> None:
         bad = [r for r in require if r not in CHECKS]
         if bad:
             raise VerifyError(f"unknown check(s) {bad} in require. Available: {list(CHECKS)}")
@@ -197,12 +170,10 @@ class LiberoVerifier(VerifierFlow):
         self.shaping = shaping or ShapingConfig()
         self.require = tuple(require)
         self.env_factory = env_factory
+        self.sim = sim or sim_backend("libero")
         self._env: Any = None
         self._own_env = False
-        self._outcomes: dict[str, bool | str] = {}  # spec_id -> success, or why the scene failed to build
         self._demos: dict[str, list[list[Any]]] = {}
-        self.episodes_run = 0  # policy episodes actually run (memo misses), over the verifier's life
-        self._consulted: set[str] = set()  # scenes whose outcome the current counterfactual check read
         self._facts_of: tuple[EpisodeRecord, tuple[LiberoTraceFacts | None, str]] | None = None  # the last read
 
     # -- public ---------------------------------------------------------------------------------------
@@ -237,42 +208,6 @@ class LiberoVerifier(VerifierFlow):
         if facts is None:
             return CheckResult(name="potential", status="not_run", reason=why)
         return self.check_potential(d, episode.states, episode.spec)  # type: ignore[arg-type]
-
-    def check_counterfactual(self, d: Diagnosis, episode: EpisodeRecord, policy_success: LiberoPolicySuccess,
-                             base_scenes: Sequence[LiberoScenario] = ()) -> tuple[CheckResult, tuple[FactorTrial, ...]]:
-        """Check (b): does undoing each implicated factor fix this scenario, and does applying it alone
-        break solved base scenes? (see the module docstring)."""
-        spec: LiberoScenario = episode.spec  # type: ignore[assignment]
-        if not isinstance(spec, LiberoScenario):
-            why = f"the episode's spec is a {type(spec).__name__}, not a LiberoScenario"
-            return CheckResult(name="counterfactual", status="not_run", reason=why), ()
-        if not d.factors:
-            why = "the diagnosis blames no scene factor, so it cannot be verified counterfactually"
-            return CheckResult(name="counterfactual", status="failed", reason=why), ()
-        k, margin = self.cfg.counterfactual_k, self.cfg.counterfactual_margin
-        self._consulted = set()
-        same = [s for s in base_scenes if (s.suite, s.task_id) == (spec.suite, spec.task_id) and s.spec_id != spec.spec_id]
-        solved = [s for s in same[:k] if self._run(policy_success, s) is True]
-        seeds = _seeds(self.seed, episode.episode_id, k)
-        trials = []
-        for f in d.factors[:MAX_FACTORS]:
-            trial = FactorTrial(factor=f, swapped_with=self._partner(spec, f))
-            if self.cfg.counterfactual_undo:
-                trial = self._necessity(trial, spec, policy_success, seeds)
-            trial = self._sufficiency(trial, spec, solved, policy_success, seeds, scanned=min(len(same), k))
-            ran = [x for x in (trial.sufficient, trial.necessary) if x is not None]
-            trials.append(trial.model_copy(update={"reproduced": bool(ran) and all(ran)}))
-        ok = [t for t in trials if t.reproduced]
-        details: dict[str, Any] = {"base_scenes": len(solved), "margin": margin, "k": k,
-                                   "episodes": len(self._consulted)}
-        for i, t in enumerate(trials):
-            details[f"factor{i}"] = f"{t.factor.kind}:{t.factor.entity}: {_trial_reason(t)}"
-        if ok:
-            why = f"{len(ok)}/{len(trials)} factor(s) reproduce the failure (margin {margin})"
-            return CheckResult(name="counterfactual", status="passed", reason=why, details=details), tuple(trials)
-        why = "; ".join(f"{t.factor.kind}:{t.factor.entity}: {_trial_reason(t)}" for t in trials)
-        return CheckResult(name="counterfactual", status="failed", reason=f"no factor reproduces the failure ({why})",
-                           details=details), tuple(trials)
 
     def check_potential(self, d: Diagnosis, states: Sequence[Any], spec: LiberoScenario) -> CheckResult:
         """Check (c): the diagnosis's stage plan compiles on the scenario, its Φ is in [0, 1] along the failed
@@ -319,74 +254,6 @@ class LiberoVerifier(VerifierFlow):
 
     # -- helpers --------------------------------------------------------------------------------------
 
-    def _run(self, policy_success: LiberoPolicySuccess, s: LiberoScenario) -> bool | str:
-        """The policy's outcome on `s` (memoised), or why the scene could not be built."""
-        key = s.spec_id
-        self._consulted.add(key)
-        if key not in self._outcomes:
-            self.episodes_run += 1
-            try:
-                self._outcomes[key] = bool(policy_success(s))
-            except CodaError as e:  # LiberoError: BDDL that does not load, placements that cannot be sampled
-                self._outcomes[key] = f"scene {key} does not build: {_first_line(e)}"
-        return self._outcomes[key]
-
-    @staticmethod
-    def _partner(spec: LiberoScenario, f: SceneFactor) -> str | None:
-        if f.kind != "position" or f.entity is None:
-            return None
-        try:
-            from coda.sim.libero.suites import get_task
-
-            return swap_partner(spec.bddl_text(), get_task(spec.suite, spec.task_id).bddl_text(), f.entity)
-        except LiberoError:
-            return None
-
-    def _necessity(self, trial: FactorTrial, spec: LiberoScenario, policy_success: LiberoPolicySuccess,
-                   seeds: Sequence[int]) -> FactorTrial:
-        """The factor undone in the failed scenario (k placements): does the policy now succeed?"""
-        try:
-            variants = [undo_factor(spec, trial.factor, s) for s in seeds]
-        except CodaError as e:
-            return trial.model_copy(update={"undo_error": _first_line(e)})
-        if variants[0].bddl_text() == spec.bddl_text():  # nothing to undo: it did not cause the failure
-            return trial.model_copy(update={"necessary": False, "undone_success_rate": 0.0,
-                                            "undo_error": "the factor is already as in the official task"})
-        results = [self._run(policy_success, v) for v in variants]
-        outcomes = [r for r in results if isinstance(r, bool)]
-        errors = [r for r in results if isinstance(r, str)]
-        if not outcomes:
-            return trial.model_copy(update={"undo_error": f"no undone scene builds: {errors[0]}"})
-        rate = float(np.mean(outcomes))
-        return trial.model_copy(update={
-            "ops": (*trial.ops, {"op": "undo", "args": {"variants": len(outcomes)}}),
-            "undone_n": len(outcomes), "undone_success_rate": rate,
-            "necessary": rate >= self.cfg.counterfactual_margin,
-            "undo_error": f"{len(errors)} undone scene(s) skipped: {errors[0]}" if errors else ""})
-
-    def _sufficiency(self, trial: FactorTrial, spec: LiberoScenario, solved: Sequence[LiberoScenario],
-                     policy_success: LiberoPolicySuccess, seeds: Sequence[int], scanned: int) -> FactorTrial:
-        """The factor transplanted into solved base scenes: do they now fail?"""
-        if not solved:
-            why = (f"none of {scanned} base scene(s) of suite '{spec.suite}' task {spec.task_id} is solved by the "
-                   "policy" if scanned else f"no base scene of suite '{spec.suite}' task {spec.task_id} was given")
-            return trial.model_copy(update={"error": why})
-        outcomes, errors = [], []
-        for base, s in zip(solved, seeds):
-            try:
-                r = self._run(policy_success, transplant_factor(spec, trial.factor, base, s))
-            except CodaError as e:
-                r = _first_line(e)
-            (outcomes if isinstance(r, bool) else errors).append(r)
-        if not outcomes:
-            return trial.model_copy(update={"error": f"the factor applies to no solved base scene: {errors[0]}"})
-        rate = 1.0 - float(np.mean(outcomes))
-        return trial.model_copy(update={
-            "ops": (*trial.ops, {"op": "transplant", "args": {"bases": len(outcomes)}}),
-            "n": len(outcomes), "base_failure_rate": 0.0, "factor_failure_rate": rate,
-            "sufficient": rate >= self.cfg.counterfactual_margin,
-            "error": f"{len(errors)} base scene(s) skipped: {errors[0]}" if errors else ""})
-
     def _expert_demos(self, spec: LiberoScenario) -> list[list[Any]]:
         """State traces of successful expert demos: the scenario, then placements with other seeds (cached)."""
         key = spec.spec_id
@@ -404,7 +271,8 @@ class LiberoVerifier(VerifierFlow):
 
                 self._env, self._own_env = LiberoEnv(), True
         env = self._env
-        extra = _seeds(self.seed, key, max(self.cfg.verify_demos - 1, 0))
+        n = max(self.cfg.verify_demos - 1, 0)
+        extra = [int(s) for s in np.random.default_rng(verify_seed(self.seed, key)).integers(2**31, size=n)]
         scenes = [spec] + [replace(spec, init_state=None, seed=s) for s in extra]
         demos = []
         for s in scenes:

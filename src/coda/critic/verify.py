@@ -12,10 +12,11 @@
     target held but not carried over the destination; detour: the gripper travelled far;
     drawer_not_operated: a drawer goal is unmet); the entity the mode is about is implicated (the target
     for every mode about its progress, no_progress and detour included).
-(b) **counterfactual** — for each implicated factor, two single-factor tests with the current policy:
-    *sufficiency*: K base scenes of the same family that the policy solves, each with only that factor
-    applied by scene operators (`factor_ops`: an `instruction` factor rewords the instruction, a `task`
-    factor asks for another goal in the same layout), must fail at a rate at least `margin` above the base
+(b) **counterfactual** — `VerifierFlow`'s (`coda.critic.verdict`), over the tabletop's factor vocabulary
+    (`coda.sim.tabletop.factors`). For each implicated factor, two single-factor tests with the current
+    policy: *sufficiency*: K base scenes of the same family that the policy solves, each with only that
+    factor applied by scene operators (`factor_ops`: an `instruction` factor rewords the instruction, a
+    `task` factor asks for another goal in the same layout), must fail at a rate at least `margin` above the base
     scenes' own failure rate (re-measured); *necessity* (`counterfactual_undo`): the failed scene itself,
     with only that factor put back as the training distribution has it (`undo_factor`: the entity back in
     its training region, the canonical instruction, the distractors removed, nominal physics...), must be
@@ -29,12 +30,11 @@
     `min_rank_corr`) and peaks, at 1, at success.
 
 A verdict is accepted when every required check passed; a check that could not run (no policy given, no
-solvable base scene) counts as not passed. Rejected diagnoses keep their verdict with the reasons.
+expert demo of the scene) counts as not passed. Rejected diagnoses keep their verdict with the reasons.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,7 +42,7 @@ import numpy as np
 
 from coda.critic.base import EpisodeRecord
 from coda.critic.config import CriticConfig
-from coda.critic.diagnosis import Diagnosis, SceneFactor
+from coda.critic.diagnosis import Diagnosis
 from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST, MIN_GRASP_STEPS
 from coda.critic.trace import MOVED, TraceFacts, trace_facts
 from coda.critic.verdict import (
@@ -54,15 +54,13 @@ from coda.critic.verdict import (
     Verdict,
     VerifierFlow,
     VerifyError,
+    verify_seed,
 )
-from coda.errors import CodaError
-from coda.scene.factors import FactorError
 from coda.scene.spec import ScenarioSpec
 from coda.shaping.config import ShapingConfig
 from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time, try_parse_plan
 from coda.sim.backends import SimBackend, sim_backend
 from coda.sim.config import SimConfig
-from coda.sim.tabletop.factors import factor_ops, role_of, swapped_pairs, training_region, undo_factor
 
 PolicySuccess = Callable[[ScenarioSpec], bool]
 
@@ -187,32 +185,7 @@ def check_consistency(d: Diagnosis, f: TraceFacts, stage_slack: int = 1) -> Chec
 # ---- (b) counterfactual ------------------------------------------------------------------------------
 
 
-def _trial_reason(t: FactorTrial) -> str:
-    parts = []
-    if t.sufficient is None:
-        parts.append(t.error or "not applied")
-    elif t.base_failure_rate is not None:
-        parts.append(f"failure rate {t.factor_failure_rate:.2f} vs base {t.base_failure_rate:.2f}")
-    if t.necessary is not None:
-        parts.append(f"solved {t.undone_success_rate:.2f} with it undone" + (f" ({t.undo_error})" if t.undo_error else ""))
-    elif t.undo_error:
-        parts.append(t.undo_error)
-    return "; ".join(parts)
-
-
-def _seed(seed: int, episode_id: str | None) -> list[int]:
-    h = hashlib.sha256((episode_id or "").encode()).digest()
-    return [seed & 0xFFFFFFFF, int.from_bytes(h[:8], "little")]
-
-
 # ---- the verifier ------------------------------------------------------------------------------------
-
-
-def _prefetch(policy_success: PolicySuccess, specs: Sequence[ScenarioSpec]) -> None:
-    """Let a `policy_success` that can (`prefetch`) roll `specs` out together before they are asked about."""
-    prefetch = getattr(policy_success, "prefetch", None)
-    if prefetch is not None and specs:
-        prefetch(list(specs))
 
 
 class Verifier(VerifierFlow):
@@ -271,113 +244,6 @@ class Verifier(VerifierFlow):
         """Check (c) on the episode's scene (`check_potential`)."""
         return self.check_potential(d, episode.spec)
 
-    def check_counterfactual(
-        self,
-        d: Diagnosis,
-        episode: EpisodeRecord,
-        policy_success: PolicySuccess | None,
-        base_scenes: Sequence[ScenarioSpec],
-    ) -> tuple[CheckResult, tuple[FactorTrial, ...]]:
-        """Check (b): does each implicated factor alone make solved scenes fail, and does undoing it fix this one?"""
-        if policy_success is None:
-            return CheckResult(name="counterfactual", status="not_run", reason="no policy_success callable given"), ()
-        if not d.factors:
-            return CheckResult(name="counterfactual", status="failed", reason="the diagnosis implicates no factor"), ()
-        k, margin = self.cfg.counterfactual_k, self.cfg.counterfactual_margin
-        family = [s for s in base_scenes if s.family == episode.spec.family]
-        _prefetch(policy_success, family[: 3 * k])
-        solved: list[ScenarioSpec] = []
-        for s in family[: 3 * k]:  # a bounded search for scenes the policy solves
-            if policy_success(s):
-                solved.append(s)
-                if len(solved) == k:
-                    break
-        if not solved:
-            why = f"none of {min(len(family), 3 * k)} base scenes of family '{episode.spec.family}' is solved by the policy"
-            return CheckResult(name="counterfactual", status="not_run", reason=why), ()
-        base_rate = 1.0 - float(np.mean([policy_success(s) for s in solved]))  # re-measured: no selection bias
-        rng = np.random.default_rng(_seed(self.seed, episode.episode_id))
-        spec = episode.spec
-        pairs = swapped_pairs(d.factors, spec)
-        tested: dict[int, FactorTrial] = {}
-        for i, f in enumerate(d.factors):
-            if i in tested:
-                continue
-            other = d.factors[pairs[i]] if i in pairs else None
-            if other is None:
-                try:
-                    ops = factor_ops(f, spec, self.cfg.counterfactual_tier)
-                except FactorError as e:
-                    ops, error = [], str(e)
-            else:  # a swapped layout: swap the two roles in base scenes, swap the pair back in this one
-                ops, error = [{"op": "swap_positions", "args": {"a": role_of(f.entity, spec), "b": role_of(other.entity, spec)}}], ""
-            trial = (self._sufficiency(f, ops, solved, base_rate, policy_success, rng) if ops
-                     else FactorTrial(factor=f, error=error))
-            if self.cfg.counterfactual_undo:
-                trial = self._necessity(trial, spec, policy_success, rng, swap_with=other)
-            ran = [x for x in (trial.sufficient, trial.necessary) if x is not None]
-            trial = trial.model_copy(update={"reproduced": bool(ran) and all(ran),
-                                             "swapped_with": other.entity if other else None})
-            tested[i] = trial
-            if other is not None:
-                tested[pairs[i]] = trial.model_copy(update={"factor": other, "swapped_with": f.entity})
-        trials = [tested[i] for i in range(len(d.factors))]
-        ok = [t for t in trials if t.reproduced]
-        details: dict[str, Any] = {"base_scenes": len(solved), "base_failure_rate": base_rate, "margin": margin}
-        for i, t in enumerate(trials):
-            details[f"factor{i}"] = f"{t.factor.kind}:{t.factor.value}: {_trial_reason(t)}"
-        if ok:
-            why = f"{len(ok)}/{len(trials)} factor(s) reproduce the failure (margin {margin})"
-            return CheckResult(name="counterfactual", status="passed", reason=why, details=details), tuple(trials)
-        why = "; ".join(f"{t.factor.kind}={t.factor.value}: {_trial_reason(t)}" for t in trials)
-        return CheckResult(name="counterfactual", status="failed", reason=f"no factor reproduces the failure ({why})",
-                           details=details), tuple(trials)
-
-    def _sufficiency(self, f: SceneFactor, ops: Sequence[dict[str, Any]], solved: Sequence[ScenarioSpec],
-                     base_rate: float, policy_success: PolicySuccess, rng: np.random.Generator) -> FactorTrial:
-        """The factor (operator calls `ops`) applied alone to solved base scenes: do they now fail clearly more often?"""
-        from coda.scene.operators import derive
-
-        derived, errors = [], []
-        for base in solved:
-            try:
-                derived.append(derive(rng, base, [(o["op"], o["args"]) for o in ops]))
-            except CodaError as e:  # the edit does not fit this base scene
-                errors.append(str(e).splitlines()[0])
-        _prefetch(policy_success, derived)
-        outcomes = [not policy_success(d) for d in derived]
-        if len(outcomes) < max(1, (len(solved) + 1) // 2):
-            return FactorTrial(factor=f, ops=tuple(ops), n=len(outcomes), base_failure_rate=base_rate,
-                               error=f"applied to only {len(outcomes)}/{len(solved)} base scenes: {errors[:1]}")
-        rate = float(np.mean(outcomes))
-        return FactorTrial(factor=f, ops=tuple(ops), n=len(outcomes), base_failure_rate=base_rate,
-                           factor_failure_rate=rate, sufficient=rate - base_rate >= self.cfg.counterfactual_margin)
-
-    def _necessity(self, trial: FactorTrial, spec: ScenarioSpec, policy_success: PolicySuccess,
-                   rng: np.random.Generator, swap_with: SceneFactor | None = None) -> FactorTrial:
-        """The factor undone in the failed scene itself (up to K distinct variants; a swapped pair: swapped
-        back, one variant): does the policy now succeed?"""
-        from coda.scene.operators import derive
-
-        variants: dict[str, ScenarioSpec] = {}
-        for _ in range(1 if swap_with is not None else self.cfg.counterfactual_k):
-            try:
-                if swap_with is not None:
-                    undone = derive(rng, spec, [("swap_positions", {"a": trial.factor.entity, "b": swap_with.entity})])
-                else:
-                    undone = undo_factor(rng, trial.factor, spec)
-            except CodaError as e:  # VerifyError, or a scene the edit leaves invalid
-                return trial.model_copy(update={"undo_error": str(e).splitlines()[0]})
-            variants.setdefault(undone.spec_id, undone)
-        changed = [v for sid, v in variants.items() if sid != spec.spec_id]
-        if not changed:  # already as in training: undoing it changes nothing, so it did not cause the failure
-            return trial.model_copy(update={"undone_n": 0, "undone_success_rate": 0.0, "necessary": False,
-                                            "undo_error": "the factor is already as in training"})
-        _prefetch(policy_success, changed)
-        rate = float(np.mean([policy_success(v) for v in changed]))
-        return trial.model_copy(update={"undone_n": len(changed), "undone_success_rate": rate,
-                                        "necessary": rate >= self.cfg.counterfactual_margin})
-
     def check_potential(self, d: Diagnosis, spec: ScenarioSpec) -> CheckResult:
         """Check (c): the stage plan compiles and its Φ rises along expert demos of the scene, peaking at success."""
         prog = try_parse_plan(d.stage_plan, spec)
@@ -424,7 +290,7 @@ class Verifier(VerifierFlow):
         if self._env is None:
             own = SimConfig(backend=self.sim.name)
             self._env = self.env_factory() if self.env_factory is not None else self.sim.make_env(own)
-        rng = np.random.default_rng(_seed(self.seed, key))
+        rng = np.random.default_rng(verify_seed(self.seed, key))
         scenes = [spec] + [derive(rng, spec, [("move_robot_start", {})]) for _ in range(self.cfg.verify_demos - 1)]
         demos = []
         for s in scenes:

@@ -14,6 +14,7 @@ A backend is an object with:
 | `rollout_expert` | one expert episode in a `make_env` env (its `states` and `success`) |
 | `check` | validity of a scene: (valid, reason, details), in a given `target_env` or one of its own |
 | `predicates` | the predicate functions a scene's staged potentials bind to (Text2potential's stages) |
+| `factor_edits`, `same_task` | the factor vocabulary: a diagnosis's implicated factors as the simulator's scene edits (`FactorEdit`: applied to another scene of the same task, undone in the failed one), the verifier's single-factor tests |
 
 `scenario_record(data)` reads any backend's stored scene back as a scene of its backend (the record's
 `backend` field, which other backends' `to_dict` writes; the default backend's without one).
@@ -27,6 +28,7 @@ backend imports its simulator when it is first asked for an env, an expert, a ch
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from coda.registry import Registry
@@ -34,9 +36,32 @@ from coda.scene.splits import SPLITS
 from coda.sim.config import SimConfig
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from coda.scene.factors import SceneFactor
     from coda.scene.spec import ScenarioSpec
 
 CheckMany = Callable[[Sequence[Any]], Sequence[tuple[bool, str, Any]]]  # scenes -> (valid, reason, details) each
+
+
+@dataclass(frozen=True)
+class FactorEdit:
+    """Implicated factors of a failed scene, tested as one, as the simulator's scene edits: the two
+    single-factor tests of the verifier's counterfactual check (`coda.critic.verdict.VerifierFlow`).
+
+    `apply(base, rng)` is another scene of the same task with the factor applied alone (sufficiency);
+    `undo(rng)` is the failed scene with the factor put back as training has it (necessity), the failed
+    scene itself when the factor already is. Both raise a `CodaError` (`FactorError`, or the scene's own
+    error) when the edit does not fit the scene; `rng` draws whatever placement the edit leaves open.
+    """
+
+    indices: tuple[int, ...]  # the diagnosis's factors it tests (two: a swapped pair, tested as one swap)
+    apply: Callable[[Any, "np.random.Generator"], Any] | None  # None: the factor cannot be applied elsewhere
+    undo: Callable[["np.random.Generator"], Any]
+    ops: tuple[dict[str, Any], ...] = ()  # what `apply` does, for the verdict ({"op": ..., "args": {...}})
+    error: str = ""  # why `apply` is None
+    swapped_with: str | None = None  # a single factor's entity trades places with this one (for the record)
+    undo_variants: int | None = None  # distinct undone scenes worth drawing (None: the verifier's k)
 
 
 @runtime_checkable
@@ -80,6 +105,17 @@ class SimBackend(Protocol):
     def predicates(self, spec: Any, first_state: Any = None) -> Any:
         """The predicate functions (`grasped`, `inside`, ...) a staged potential over `spec` binds to;
         `first_state` is the episode's first state where a backend's predicates depend on the scene."""
+        ...
+
+    def factor_edits(self, factors: Sequence["SceneFactor"], spec: Any, tier: str = "train") -> list[FactorEdit]:
+        """The implicated `factors` of the failed scene `spec` as edits, in the order of their first factor
+        (`tier`: the wording tier an instruction factor draws from). A factor the backend cannot apply
+        elsewhere gets an edit whose `apply` is None and `error` says why; a backend may test only the first
+        few factors. Raises FactorError for a scene of another backend."""
+        ...
+
+    def same_task(self, spec: Any, base: Any) -> bool:
+        """Whether `base` is another scene of `spec`'s task, one a factor of `spec` can be applied to."""
         ...
 
 
@@ -131,6 +167,17 @@ class TabletopBackend:
 
         return predicates
 
+    def factor_edits(self, factors: Sequence["SceneFactor"], spec: Any, tier: str = "train") -> list[FactorEdit]:
+        """Scene-operator edits (`coda.sim.tabletop.factors.factor_edits`): entities by role, so they carry to
+        other scenes of the family; two position factors that swap training regions are one swap."""
+        from coda.sim.tabletop.factors import factor_edits
+
+        return factor_edits(factors, spec, tier)
+
+    def same_task(self, spec: Any, base: Any) -> bool:
+        """A tabletop task is its family: a base scene of the same family."""
+        return getattr(base, "family", None) == spec.family
+
 
 BACKENDS: Registry[SimBackend] = Registry("sim backend", entry_points="coda.sim_backends")
 BACKENDS.register("tabletop", TabletopBackend())
@@ -160,4 +207,4 @@ def make_env(config: SimConfig | None = None, spec: Any = None, **kwargs: Any) -
     return sim_backend(cfg.backend).make_env(cfg, spec, **kwargs)
 
 
-__all__ = ["BACKENDS", "SimBackend", "TabletopBackend", "make_env", "scenario_record", "sim_backend"]
+__all__ = ["BACKENDS", "FactorEdit", "SimBackend", "TabletopBackend", "make_env", "scenario_record", "sim_backend"]

@@ -6,6 +6,8 @@ entry-point group `coda.sim_backends` as `libero`. Importing this module imports
 - `expert`: the scripted expert in targets, replanned after every snapshot (`RelabellingExpert`);
 - `check`: it loads, settles, and the scripted expert solves it (`coda.sim.libero.validity`);
 - `predicates`: `LiberoPredicates` of the episode (table top from its first state, the BDDL goal pair);
+- factors: BDDL edits relative to the task's official BDDL, transplanted or undone
+  (`coda.sim.libero.factors`);
 - splits: a family is a base suite; its training scenes are its tasks with placements sampled from their
   BDDL regions (never an official initial state), and its evaluation splits are the official protocol's
   scenes of the base suite and its LIBERO-PRO variants (`SPLIT_SUITES`).
@@ -99,6 +101,19 @@ class LiberoBackend:
         if first_state is None:
             raise LiberoError("LIBERO's predicates depend on the episode: pass its first state")
         return libero_predicates(first_state, spec)
+
+
+    def factor_edits(self, factors: Sequence[Any], spec: Any, tier: str = "train") -> list[Any]:
+        """BDDL edits of the first few factors (`coda.sim.libero.factors.factor_edits`)."""
+        from coda.sim.libero.factors import factor_edits
+
+        return factor_edits(factors, spec, tier)
+
+    def same_task(self, spec: Any, base: Any) -> bool:
+        """Another scenario of the same suite and task."""
+        from coda.sim.libero.factors import same_task
+
+        return same_task(spec, base)
 
 
 BACKEND = LiberoBackend()

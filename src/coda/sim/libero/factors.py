@@ -2,16 +2,20 @@
 
 `scenario_factors` lists them: an object's initial region (reassigned, moved or widened: `position`), the
 goal (`task`), or the instruction alone (`instruction`). `undo_factor` puts one factor back as the official
-task has it, `transplant_factor` copies it into another scenario of the same task: the verifier's
-single-factor counterfactuals (`coda.critic.libero_verify`). Edits are made on the BDDL text itself, so
-everything a factor does not touch stays byte for byte.
+task has it, `transplant_factor` copies it into another scenario of the same task; `factor_edits` gives
+them to the verifier's single-factor counterfactuals (`coda.critic.verdict.VerifierFlow`) as the backend's
+`FactorEdit`s. Edits are made on the BDDL text itself, so everything a factor does not touch stays byte
+for byte.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +27,11 @@ from coda.sim.libero.operators import init_regions
 from coda.sim.libero.scenario import LiberoScenario
 from coda.sim.libero.state import category_words
 from coda.sim.libero.suites import bddl_region_pairs, bddl_regions
+
+if TYPE_CHECKING:
+    from coda.sim.backends import FactorEdit
+
+MAX_FACTORS = 3  # implicated factors a verifier tests per diagnosis: each test costs LIBERO episodes
 
 
 class LiberoDiagnosisError(LiberoError, FactorError):
@@ -204,6 +213,55 @@ def transplant_factor(source: LiberoScenario, factor: SceneFactor, base: LiberoS
                     official, seed)
 
 
+def factor_edits(factors: Sequence[SceneFactor], scenario: LiberoScenario, tier: str = "train") -> list["FactorEdit"]:
+    """The first `MAX_FACTORS` implicated factors of the failed `scenario`, one `FactorEdit` each: applied by
+    `transplant_factor` into another scenario of the task, undone by `undo_factor` (placements drawn from
+    the verifier's rng; the scenario itself when its BDDL already has the factor as the official task
+    does). A swapped position factor names its partner (`swapped_with`): `undo_factor` moves both back.
+    `tier` is not used: an instruction factor is the scenario's own language.
+
+    Raises:
+        LiberoDiagnosisError: `scenario` is not a LIBERO scenario.
+    """
+    from coda.sim.backends import FactorEdit
+
+    if not isinstance(scenario, LiberoScenario):
+        raise LiberoDiagnosisError(f"factor edits: the scene is a {type(scenario).__name__}, not a LiberoScenario")
+    return [FactorEdit(indices=(i,), apply=partial(_transplanted, scenario, f), undo=partial(_undone, scenario, f),
+                       ops=({"op": "transplant", "args": {"kind": f.kind, "entity": f.entity}},),
+                       swapped_with=_partner(scenario, f))
+            for i, f in enumerate(factors[:MAX_FACTORS])]
+
+
+def _partner(scenario: LiberoScenario, f: SceneFactor) -> str | None:
+    """The object a position factor's object swapped official regions with, if any."""
+    if f.kind != "position" or f.entity is None:
+        return None
+    try:
+        return swap_partner(scenario.bddl_text(), _official(scenario), f.entity)
+    except LiberoError:
+        return None
+
+
+def _seed(rng: Any) -> int:
+    return int(rng.integers(2**31))
+
+
+def _transplanted(source: LiberoScenario, factor: SceneFactor, base: LiberoScenario, rng: Any) -> LiberoScenario:
+    return transplant_factor(source, factor, base, _seed(rng))
+
+
+def _undone(scenario: LiberoScenario, factor: SceneFactor, rng: Any) -> LiberoScenario:
+    out = undo_factor(scenario, factor, _seed(rng))
+    return scenario if out.bddl_text() == scenario.bddl_text() else out
+
+
+def same_task(scenario: LiberoScenario, base: Any) -> bool:
+    """`base` is another scenario of the same suite and task (a factor of `scenario` transplants into it)."""
+    return (isinstance(base, LiberoScenario) and (base.suite, base.task_id) == (scenario.suite, scenario.task_id)
+            and base.spec_id != scenario.spec_id)
+
+
 def _with_factor_of(text: str, src: str, official: str, factor: SceneFactor, *, swapped: str, verb: str) -> str:
     """`text` with the BDDL parts of one factor copied from `src`: an object's (:init ...) region and its
     ranges (with the object it was swapped with, a swap being read from `swapped` against `official`), the
@@ -232,7 +290,10 @@ def _with_factor_of(text: str, src: str, official: str, factor: SceneFactor, *, 
 
 
 __all__ = [
+    "MAX_FACTORS",
     "LiberoDiagnosisError",
+    "factor_edits",
+    "same_task",
     "scenario_factors",
     "swap_partner",
     "transplant_factor",

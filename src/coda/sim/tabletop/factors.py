@@ -11,13 +11,17 @@ undone together.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from coda.errors import CodaError
 from coda.scene.factors import FactorError, SceneFactor
 from coda.scene.spec import PALETTE, DrawerSpec, PhysicsSpec, RobotStart, ScenarioSpec, entity_kinds, entity_xy
+
+if TYPE_CHECKING:
+    from coda.sim.backends import FactorEdit
 
 
 def role_of(name: str | None, spec: ScenarioSpec) -> str:
@@ -84,6 +88,57 @@ def factor_ops(f: SceneFactor, spec: ScenarioSpec, tier: str = "train") -> list[
     if key == "damping":
         return [{"op": "scale_physics", "args": {"damping": (2.0, 4.0)}}]
     raise FactorError(f"factor physics value {f.value!r}: expected friction_scale=x, mass_scale=x or damping")
+
+
+def factor_edits(factors: Sequence[SceneFactor], spec: ScenarioSpec, tier: str = "train") -> list["FactorEdit"]:
+    """Each implicated factor of the failed scene `spec` as one `FactorEdit`: applied to another scene of the
+    family by the operator calls of `factor_ops` (entities by role), undone by `undo_factor`; a swapped pair
+    (`swapped_pairs`) is one edit, `swap_positions` of the two roles applied and the pair swapped back (one
+    variant).
+
+    Raises:
+        FactorError: `spec` is not a tabletop scene.
+    """
+    from coda.sim.backends import FactorEdit
+
+    if not isinstance(spec, ScenarioSpec):
+        raise FactorError(f"factor edits: the scene is a {type(spec).__name__}, not a tabletop ScenarioSpec")
+    pairs = swapped_pairs(factors, spec)
+    edits: list[FactorEdit] = []
+    for i, f in enumerate(factors):
+        j = pairs.get(i)
+        if j is not None and j < i:
+            continue  # tested with its partner
+        if j is not None:
+            a, b = f.entity, factors[j].entity
+            ops: tuple[dict[str, Any], ...] = (
+                {"op": "swap_positions", "args": {"a": role_of(a, spec), "b": role_of(b, spec)}},)
+            edits.append(FactorEdit(indices=(i, j), apply=partial(_apply, ops), ops=ops, undo_variants=1,
+                                    undo=partial(_swap_back, spec, a, b)))
+            continue
+        try:
+            ops, error = tuple(factor_ops(f, spec, tier)), ""
+        except FactorError as e:
+            ops, error = (), str(e)
+        edits.append(FactorEdit(indices=(i,), apply=partial(_apply, ops) if ops else None, ops=ops, error=error,
+                                undo=partial(_undo_one, f, spec)))
+    return edits
+
+
+def _apply(ops: Sequence[dict[str, Any]], base: ScenarioSpec, rng: np.random.Generator) -> ScenarioSpec:
+    from coda.scene.operators import derive
+
+    return derive(rng, base, [(o["op"], o["args"]) for o in ops])
+
+
+def _undo_one(f: SceneFactor, spec: ScenarioSpec, rng: np.random.Generator) -> ScenarioSpec:
+    return undo_factor(rng, f, spec)
+
+
+def _swap_back(spec: ScenarioSpec, a: str | None, b: str | None, rng: np.random.Generator) -> ScenarioSpec:
+    from coda.scene.operators import derive
+
+    return derive(rng, spec, [("swap_positions", {"a": a, "b": b})])
 
 
 def training_region(name: str, spec: ScenarioSpec) -> str | None:
@@ -246,4 +301,4 @@ def _entity_names(spec: ScenarioSpec) -> set[str]:
     return {e.name for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)}
 
 
-__all__ = ["factor_ops", "role_of", "swapped_pairs", "training_region", "undo_factor"]
+__all__ = ["factor_edits", "factor_ops", "role_of", "swapped_pairs", "training_region", "undo_factor"]
