@@ -51,6 +51,15 @@ class ToySim:
     def predicates(self, spec, first_state=None):
         return "toy predicates"
 
+    def factor_edits(self, factors, spec, tier="train"):
+        from coda.sim.backends import FactorEdit
+
+        return [FactorEdit(indices=(i,), apply=None, undo=lambda rng: spec, error="a toy scene has no factors")
+                for i, _ in enumerate(factors)]
+
+    def same_task(self, spec, base):
+        return spec == base
+
 
 BACKEND = ToySim()
 LOADS.append("imported")

@@ -65,3 +65,24 @@ def test_a_round_on_a_third_backend_holds_what_the_tabletop_round_holds(mirror, 
     assert got.keys() == reference.keys() and any(reference["diagnosis"])
     for kind in reference:
         assert got[kind] == reference[kind], f"{kind} records differ between the mirror and the tabletop"
+
+
+def test_coda_eval_runs_a_third_backend_by_name(mirror, tmp_path: Path) -> None:
+    """`coda eval --backend mirror` builds the evaluation split through the contract and scores the checkpoint
+    as the tabletop's evaluation does: the CLI names no backend either."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from coda.cli import app
+
+    ckpt = E.round0() / "checkpoints" / "round_000.pt"
+    results = {}
+    for backend in ("mirror", "tabletop"):
+        out = tmp_path / f"{backend}.json"
+        r = CliRunner().invoke(app, ["eval", "--checkpoint", str(ckpt), "--backend", backend, "--family", E.FAMILY,
+                                     "--split", "position", "--n", "3", "--json", str(out), "--preset", "tiny",
+                                     *(a for s in E.SETTINGS for a in ("--set", s))])
+        assert r.exit_code == 0, r.output
+        results[backend] = json.loads(out.read_text())[E.FAMILY]["position"]
+    assert results["mirror"] == results["tabletop"] and results["mirror"]["n"] == 3

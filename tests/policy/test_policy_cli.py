@@ -34,6 +34,10 @@ def test_collect_train_eval(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     out = json.loads((tmp_path / "e.json").read_text())["pick_place"]["sft"]
     assert out["n"] == 1 and 0 <= out["ci95"][0] <= out["success"] <= out["ci95"][1] <= 1
+    r = runner.invoke(app, ["eval", "--checkpoint", str(ckpt), "--family", "pick_place", "--split", "juggling"])
+    assert r.exit_code == 2 and "--split 'juggling' is not an evaluation split of backend 'tabletop'" in r.output
+    r = runner.invoke(app, ["eval", "--checkpoint", str(ckpt), "--backend", "libero"])
+    assert r.exit_code == 2 and "--family is required: a family of backend 'libero' (or --suite" in r.output
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
@@ -47,6 +51,9 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     r = runner.invoke(app, ["eval", "--family", "pick_place"])
     assert r.exit_code == 2 and "--checkpoint is required" in r.output
     r = runner.invoke(app, ["eval", "--backend", "isaac", "--expert"])
-    assert r.exit_code == 2 and "--backend 'isaac' is not known" in r.output
+    assert r.exit_code == 2 and "Unknown sim backend 'isaac'. Available: ['libero', 'tabletop']" in r.output
     r = runner.invoke(app, ["eval", "--backend", "libero", "--expert"])
     assert r.exit_code == 2 and "--suite is required" in r.output
+    r = runner.invoke(app, ["eval", "--suite", "libero_object", "--expert"])
+    assert r.exit_code == 2 and "use them with --backend libero, not 'tabletop'" in r.output
+

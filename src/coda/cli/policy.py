@@ -112,15 +112,15 @@ def train_sft_command(
 @one_line_errors
 def eval_command(
     checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="policy checkpoint file")] = None,
-    family: Annotated[Optional[str], typer.Option("--family", help="pick_place | stack | push | drawer (tabletop)")] = None,
+    family: Annotated[Optional[str], typer.Option("--family", help="a family of the backend: pick_place | stack | push | drawer (tabletop), a base suite (libero)")] = None,
     split: SplitOpt = "sft",
     n: Annotated[int, typer.Option("--n", min=1, help="number of scenes")] = 50,
     seed: Annotated[int, typer.Option("--seed", min=0, help="split seed (evaluation: 1)")] = 1,
     workers: Annotated[int, typer.Option("--workers", min=1, help="rollout processes")] = 1,
     value_guided: Annotated[Optional[int], typer.Option("--value-guided-samples", min=0, help="candidates for value-guided selection")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="also write the result as JSON here")] = None,
-    backend: Annotated[str, typer.Option("--backend", help="tabletop | libero")] = "tabletop",
-    suite: Annotated[Optional[str], typer.Option("--suite", help="LIBERO suite, e.g. libero_spatial_swap (libero)")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="simulator backend (sim.backend): tabletop, libero, or one a package declares")] = "tabletop",
+    suite: Annotated[Optional[str], typer.Option("--suite", help="LIBERO's official protocol on this suite, e.g. libero_spatial_swap (libero)")] = None,
     tasks: Annotated[Optional[list[int]], typer.Option("--task", help="LIBERO task id (repeatable; default all)")] = None,
     n_init: Annotated[int, typer.Option("--n-init", min=1, max=50, help="official initial states per task (libero)")] = 50,
     expert: Annotated[bool, typer.Option("--expert", help="evaluate the scripted expert instead of a checkpoint (libero)")] = False,
@@ -128,31 +128,49 @@ def eval_command(
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Success rate of a checkpoint on FAMILY/SPLIT (tabletop) or on a LIBERO suite under the official
-    protocol (per task and mean), with Wilson 95% intervals."""
+    """Success rate of a checkpoint on FAMILY/SPLIT of any simulator backend (the scenes its contract builds
+    for that evaluation split, rolled out in its env acting in targets), or on a LIBERO suite under LIBERO's
+    official protocol (`--suite`: per task and mean), with Wilson 95% intervals."""
     from coda.config import build_config
+    from coda.sim.backends import sim_backend
 
-    if backend not in ("tabletop", "libero"):
-        raise CodaError(f"--backend {backend!r} is not known; use tabletop or libero")
-    if checkpoint is None and not (backend == "libero" and expert):
+    sim = sim_backend(backend)  # an unknown name is the registry's error, naming the known ones
+    official = suite is not None or expert
+    if official and backend != "libero":
+        raise CodaError(f"--suite and --expert run LIBERO's official protocol: use them with --backend libero, "
+                        f"not {backend!r}")
+    if checkpoint is None and not expert:
         raise CodaError("--checkpoint is required" + (" (or --expert)" if backend == "libero" else ""))
-    cfg = build_config(preset, config, set_ or [])
     if checkpoint is not None:
         from coda.policy.checkpoint import read_checkpoint
 
         read_checkpoint(checkpoint)  # fail fast, with the checkpoint's own error, before building scenes
-    if backend == "libero":
+    if official:
         if suite is None:
-            raise CodaError("--suite is required with --backend libero (e.g. libero_spatial_swap)")
-        _eval_libero(checkpoint, suite, tasks, n_init, cfg, json_out, value_guided)
+            raise CodaError("--suite is required with --expert (e.g. libero_spatial_swap)")
+        _eval_libero(checkpoint, suite, tasks, n_init, build_config(preset, config, set_ or []), json_out,
+                     value_guided)
         return
     if family is None:
-        raise CodaError("--family is required with --backend tabletop (pick_place | stack | push | drawer)")
+        raise CodaError(f"--family is required: a family of backend {backend!r}"
+                        + (" (or --suite for LIBERO's official protocol)" if backend == "libero" else ""))
+    if split not in sim.eval_splits:
+        raise CodaError(f"--split {split!r} is not an evaluation split of backend {backend!r}: {list(sim.eval_splits)}")
     assert checkpoint is not None
+    from coda.engine.backend import backend_for
     from coda.engine.rollout import evaluate_checkpoint
     from coda.policy.stats import success_summary
 
-    specs = _scenes(family, split, n, seed, check=True, workers=workers)
+    cfg = build_config(preset, config, set_ or [], data={"sim": {"backend": backend}, "scene": {"families": [family]},
+                                                        "runtime": {"workers": workers}})
+    round_backend = backend_for(cfg)
+    try:  # the engine's evaluation scenes: built, and checked across `workers` processes
+        specs, rejected = round_backend.build_split(family, split, split, n, seed)
+    finally:
+        round_backend.close()
+    if rejected:
+        err_console.print(f"warning: only {len(specs)} of {n} scenes passed the validity check: "
+                          f"{sorted({r for _, r in rejected})[:3]}")
     overrides = {"value_guided_samples": value_guided} if value_guided is not None else None
     rollouts = evaluate_checkpoint(checkpoint, specs, cfg.sim, workers=workers, batch=cfg.runtime.rollout_batch,
                                    record_states=False, overrides=overrides)

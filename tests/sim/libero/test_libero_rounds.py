@@ -400,3 +400,38 @@ def test_verified_libero_stage_plans_become_mode_potentials_that_shape_new_scene
     finally:
         env.close()
         backend.close()
+
+
+def test_coda_eval_scores_a_checkpoint_on_a_libero_split_through_the_backend_contract(tmp_path: Path) -> None:
+    """`coda eval --backend libero --family F --split S`: the split's scenes as round 0 builds them (the
+    `_swap` suite's official initial states for `position`), rolled out in the env acting in targets."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from coda.cli import app
+    from coda.engine.backend import EpisodeJob
+    from coda.policy.data import DemoWriter
+    from coda.policy.train import train_sft
+
+    backend = backend_for(libero_cfg(tmp_path))
+    try:
+        demo = backend.round_episodes([EpisodeJob("expert", LiberoScenario("libero_object", 0, init_state=None, seed=2))])[0]
+    finally:
+        backend.close()
+    with DemoWriter(tmp_path / "demos") as writer:
+        writer.add(demo)
+    ckpt = tmp_path / "policy.pt"
+    train_sft([tmp_path / "demos"], backend.cfg.policy, ckpt, steps=3)
+    out = tmp_path / "eval.json"
+    r = CliRunner().invoke(app, ["eval", "--checkpoint", str(ckpt), "--backend", "libero", "--family", "libero_object",
+                                 "--split", "position", "--n", "2", "--json", str(out), "--preset", "libero",
+                                 "--set", "sim.max_steps=10"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(out.read_text())["libero_object"]["position"]
+    assert got["n"] == 2 and got["success"] == 0.0  # ten steps: no pick-and-place ends in time
+    scenes, _ = backend.sim.build_split("libero_object", "position", "position", 2, 1)
+    assert [s.suite for s in scenes] == ["libero_object_swap"] * 2
+    r = CliRunner().invoke(app, ["eval", "--checkpoint", str(ckpt), "--backend", "libero", "--family", "libero_object",
+                                 "--split", "physics", "--preset", "libero"])
+    assert r.exit_code == 2 and "is not an evaluation split of backend 'libero'" in r.output
