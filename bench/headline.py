@@ -2,7 +2,9 @@
 
 For each (seed, family) one `sft` run fits the SFT policy (round 0: the family's `sft` training scenes, expert
 demos, behaviour cloning, evaluation on every split). Each closed-loop strategy (`coda`, `coda-sparse`,
-`replay`, `accel`, `plr`, `dr`, `dagger`) then starts from that run's round 0 (`coda run --from-round0`), so all
+`replay`, `accel`, `plr`, `dr`, `dagger`; `coda-sparse` only where the rounds' actor reads the chunk critic:
+under behaviour cloning it is `coda`'s policy by construction, and `meta.not_run` says so) then starts from
+that run's round 0 (`coda run --from-round0`), so all
 of them fine-tune the *same* SFT policy, under the same generation budget, expert-label budget and training
 steps, and are evaluated on the same scenes. Every run is a `coda run` subprocess with its own run directory,
 memory and report; two run at a time (one per core, one rollout process and one torch thread each). A killed
@@ -83,6 +85,27 @@ SIZES = [
     "engine.max_diagnoses=12", "engine.mode_probes=4", "critic.counterfactual_k=4",
     "engine.measure_every_round=false", "engine.improvement=bc", "runtime.workers=1",
 ]
+
+
+def critic_free(overrides: list[str]) -> bool:
+    """Whether rounds run with these overrides fine-tune the actor without the chunk critic
+    (`engine.improvement = "bc"` and no value-guided selection): `coda-sparse` then fine-tunes the very policy
+    `coda` does, from the very data (Φ reaches only the critic, which nothing reads; `coda.engine.strategies`)."""
+    from coda.config import build_config
+
+    engine = build_config("full", overrides=overrides).engine
+    return engine.improvement == "bc" and not engine.value_guided_samples
+
+
+def default_strategies(overrides: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The closed-loop strategies a benchmark runs by default, and those it leaves out with the reason."""
+    if critic_free(overrides):
+        return [s for s in CLOSED_LOOP if s != "coda-sparse"], {
+            "coda-sparse": "the same policy as coda by construction: with engine.improvement = bc and no "
+                           "value-guided selection the actor never reads the chunk critic, the one part shaping "
+                           "changes (bench/critic_value.py measures the critic itself); --strategies ... "
+                           "coda-sparse runs it"}
+    return list(CLOSED_LOOP), {}
 
 
 @dataclass(frozen=True)
@@ -312,6 +335,8 @@ def markdown(result: dict[str, Any], cmd: str) -> str:
             share = sum(x["mode_budget_share"] for x in rounds) / len(rounds)
             lines.append(f"- {name}: {ver} of {diag} diagnoses verified over {len(rounds)} rounds; "
                          f"{100 * share:.0f}% of the generation budget went to failure-mode programs")
+    for name, why in result.get("meta", {}).get("not_run", {}).items():
+        lines.append(f"- {name} not run: {why}")
     lines += ["", "Per family (success per split; in distribution first):", ""]
     fams = sorted({f for r in st.values() for f in r["per_family"]})
     for fam in fams:
@@ -342,7 +367,9 @@ def main() -> None:
     ap.add_argument("--fast", action="store_true", help="1 seed instead of 3")
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3, --fast 1)")
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
-    ap.add_argument("--strategies", nargs="+", default=list(CLOSED_LOOP), choices=list(CLOSED_LOOP))
+    ap.add_argument("--strategies", nargs="+", default=None, choices=list(CLOSED_LOOP),
+                    help="closed-loop strategies (default: all of them, coda-sparse only where the actor reads "
+                         "the chunk critic)")
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time (one per core)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override for every run")
     ap.add_argument("--work", type=Path, default=None, help="run directories (default runs/bench_headline[_fast])")
@@ -354,12 +381,13 @@ def main() -> None:
     console = Console()
     seeds = args.seeds or (1 if args.fast else 3)
     overrides = SIZES + args.overrides
+    chosen, left_out = (args.strategies, {}) if args.strategies else default_strategies(overrides)
     work = (args.work or Path("runs") / ("bench_headline_fast" if args.fast else "bench_headline")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     out = args.out or RESULTS / ("headline_fast.json" if args.fast else "headline.json")
-    strategies = ["sft", *args.strategies]
+    strategies = ["sft", *chosen]
     round0 = [Job(s, f, "sft") for s in range(seeds) for f in args.families]
-    later = {(j.seed, j.family): [Job(j.seed, j.family, s) for s in args.strategies] for j in round0}
+    later = {(j.seed, j.family): [Job(j.seed, j.family, s) for s in chosen] for j in round0}
     jobs = round0 + [j for js in later.values() for j in js]
 
     if args.report:
@@ -411,6 +439,7 @@ def main() -> None:
         "seeds": seeds, **sizes(overrides),
         "wall_seconds": sum(i["wall_seconds"] for i in invocations),
         "meta": {"families": args.families, "overrides": overrides, "jobs": args.jobs, "invocations": invocations,
+                 "not_run": left_out,
                  "run_seconds": {j.name: run_seconds(work, j) for j in jobs},
                  "commit": _commit(),
                  "python": platform.python_version(), "cpus": os.cpu_count(), "work": str(work)},

@@ -25,6 +25,15 @@ def test_sizes_are_the_last_override_of_each_field(headline) -> None:
     assert headline.sizes([])["rounds"] is None
 
 
+def test_coda_sparse_runs_only_where_the_actor_reads_the_critic(headline) -> None:
+    chosen, left_out = headline.default_strategies(headline.SIZES)
+    assert "coda-sparse" not in chosen and "coda" in chosen and set(left_out) == {"coda-sparse"}
+    assert "by construction" in left_out["coda-sparse"]
+    for extra in ("engine.improvement=awr", "engine.value_guided_samples=4"):
+        chosen, left_out = headline.default_strategies([*headline.SIZES, extra])
+        assert chosen == list(headline.CLOSED_LOOP) and left_out == {}
+
+
 def _strategy(ood: float, paired: dict | None = None) -> dict:
     r = {"ood_success": ood, "ci95": [ood - 0.05, ood + 0.05], "id_success": 0.9,
          "per_family": {"push": {sp: ood for sp in SPLITS}}, "ood_per_seed": [ood]}
