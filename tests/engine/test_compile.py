@@ -228,3 +228,23 @@ def test_corrective_start_backs_off_from_the_last_progress() -> None:
     assert corrective_start([0.0, 0.2, 0.4, 0.4, 0.3, 0.1], back=1) == 1
     assert corrective_start([0.5, 0.1], back=5) == 0
     assert corrective_start([], back=3) == 0
+
+
+def test_a_child_program_finds_its_stored_parent() -> None:
+    """The round stores each program's record with its parent's id: a compiled child names its parent by the
+    scene program's name, LIBERO's planner by the record key; both resolve (`program_ids`)."""
+    from types import SimpleNamespace
+
+    from coda.engine.round import program_ids
+
+    root = compile_generation_program(FAR_LEFT, (), "pick_place", 5, 6, 1)
+    child = child_program(root, "solved")
+    def source(mp: ModeProgram) -> dict:  # a generation source as the planner writes it
+        return json.loads(json.dumps({"kind": "program", "program": mp.program.model_dump(mode="json"),
+                                      "mode_program": mp.body(), "mode": mp.mode}))
+
+    stored = [SimpleNamespace(key="mode0_r1", id=7, body=source(root)),
+              SimpleNamespace(key="fill_r1", id=8, body={"kind": "dr"})]
+    ids = program_ids(stored)
+    assert ids[source(child)["mode_program"]["parent"]] == 7 and ids["mode0_r1"] == 7 and ids["fill_r1"] == 8
+    assert None not in ids and "None" not in ids
