@@ -51,6 +51,12 @@ class ToySim:
     def predicates(self, spec, first_state=None):
         return "toy predicates"
 
+    def wordings(self, spec, n):
+        return tuple(f"do it, take {i}" for i in range(n))
+
+    def goal_labels(self, spec):
+        return (3, 0, 1), 0.5
+
     def factor_edits(self, factors, spec, tier="train"):
         from coda.sim.backends import FactorEdit
 
@@ -125,6 +131,8 @@ def test_a_third_backend_runs_through_the_engine_without_editing_it(declared) ->
     assert rb.scenario_from_dict({"a": 1}) == {"a": 1}
     assert rb.check_many([{"ok": True}, {"ok": False}]) == [(True, ""), (False, "not ok")]
     assert rb.eval_splits == ("sft", "far")
+    assert rb.wordings({"id": 1}) == ("do it, take 0", "do it, take 1", "do it, take 2", "do it, take 3")
+    assert rb.goal_labels({"id": 1}) == ((3, 0), 0.5)  # cut to the roles the policy grounds
     assert rb.build_split("box", "far", "far", 2, 7) == ([{"ok": True, "split": "far", "seed": 7},
                                                         {"ok": True, "split": "far", "seed": 8}], [])
     assert type(backends.make_env(SimConfig(backend="toy"))).__name__ == "ToyEnv"

@@ -151,16 +151,44 @@ CriticFactory = Callable[[CriticConfig], Critic]
 CRITICS: Registry[CriticFactory] = Registry("critic")
 
 
-def make_critic(cfg: CriticConfig, name: str | None = None) -> Critic:
+#: The critic that reads a simulator backend's own state traces, where it is not the tabletop's `privileged`.
+PRIVILEGED_CRITICS: dict[str, str] = {"libero": "libero-privileged"}
+
+
+def make_critic(cfg: CriticConfig, name: str | None = None, *, backend: str | None = None) -> Critic:
     """Build the critic `name` (default `cfg.name`), wrapped with `cfg.fallback` when one is configured.
+    `backend`: the simulator the episodes come from; there `privileged` (the critic, its fallback, the noisy
+    critic's base) is the critic that reads that simulator's traces (`PRIVILEGED_CRITICS`).
 
     Raises:
         RegistryError: unknown critic name (lists the available ones).
     """
+    own = PRIVILEGED_CRITICS.get(backend or "")
+    if own is not None:
+        def swap(n: str | None) -> str | None:
+            return own if n == "privileged" else n
+
+        cfg = cfg.model_copy(update={"name": swap(cfg.name), "fallback": swap(cfg.fallback),
+                                     "noisy_base": swap(cfg.noisy_base)})
+        name = swap(name)
     primary = CRITICS.get(name or cfg.name)(cfg)
     if name is None and cfg.fallback is not None:
         return FallbackCritic([primary, CRITICS.get(cfg.fallback)(cfg)])
     return primary
+
+
+def make_verifier(cfg: CriticConfig, shaping: Any, *, sim: Any, env: Any, seed: int) -> Any:
+    """The verifier of diagnoses of `sim`'s episodes (a `coda.sim.backends.SimBackend`), its expert demos in
+    `env` (an env acting in targets, owned by the caller): LIBERO's (`coda.critic.libero_verify`, its checks
+    read `LiberoState` traces), else the tabletop's (`coda.critic.verify`), which reaches any other simulator
+    through the contract. Both run the one counterfactual check over `sim`'s factor vocabulary."""
+    if sim.name == "libero":
+        from coda.critic.libero_verify import LiberoVerifier
+
+        return LiberoVerifier(cfg, shaping=shaping, seed=seed, env_factory=lambda: env.env, sim=sim)
+    from coda.critic.verify import Verifier
+
+    return Verifier(cfg, shaping, env_factory=lambda: env, seed=seed, sim=sim)
 
 
 def _vlm(cfg: CriticConfig) -> Critic:

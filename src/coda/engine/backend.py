@@ -237,19 +237,16 @@ class RoundBackend:
         return report
 
     def wordings(self, spec: Any) -> tuple[str, ...]:
-        """Other instructions for a scene's goal that training may show in place of its own (`train` tier)."""
-        from coda.scene.language import wordings
-
-        return wordings(spec, WORDINGS_PER_SCENE)
+        """Other instructions for a scene's goal that training may show in place of its own (the simulator's
+        `wordings`, `WORDINGS_PER_SCENE` of them)."""
+        return tuple(self.sim.wordings(spec, WORDINGS_PER_SCENE))
 
     def goal_labels(self, spec: Any) -> tuple[tuple[int, ...], float]:
-        """What the scene's goal is, for supervising grounding: the observation rows of the entities its first
-        conjunct names in role order (moved, destination; -1 for a role it does not have) and its number (a
-        drawer's opening fraction; NaN for none)."""
-        rows = {e.name: i for i, e in enumerate((*spec.objects, *spec.containers, *spec.drawers, *spec.regions))}
-        g = spec.goal[0]
-        args = [rows[a] for a in g.args][:GOAL_ROLES]
-        return tuple(args + [-1] * (GOAL_ROLES - len(args))), float("nan") if g.value is None else float(g.value)
+        """What the scene's goal is, for supervising grounding: the simulator's `goal_labels`, its rows cut or
+        padded to `GOAL_ROLES` (-1 for a role the goal does not have; none where the simulator gives none)."""
+        rows, value = self.sim.goal_labels(spec)
+        args = list(rows)[:GOAL_ROLES]
+        return (tuple(args + [-1] * (GOAL_ROLES - len(args))) if args else ()), value
 
     def phis(self, env: Any, spec: Any, states: Sequence[Any], program: dict[str, Any] | None = None,
              accepted: set[str] = frozenset()) -> list[float]:
@@ -271,14 +268,16 @@ class RoundBackend:
     # -- critic -------------------------------------------------------------------------------------
 
     def make_critic(self) -> Any:
+        """The configured critic, `privileged` meaning the one that reads this simulator's state traces."""
         from coda.critic.base import make_critic
 
-        return make_critic(self.cfg.critic)
+        return make_critic(self.cfg.critic, backend=self.name)
 
     def make_verifier(self, env: Any, seed: int) -> Any:
-        from coda.critic.verify import Verifier
+        """The verifier of this simulator's episodes (`coda.critic.base.make_verifier`), its demos in `env`."""
+        from coda.critic.base import make_verifier
 
-        return Verifier(self.cfg.critic, self.cfg.shaping, env_factory=lambda: env, seed=seed, sim=self.sim)
+        return make_verifier(self.cfg.critic, self.cfg.shaping, sim=self.sim, env=env, seed=seed)
 
     def verify_many(self, env: Any, checkpoint: Any, seed: int, jobs: Sequence[tuple[Any, Any]],
                     base_scenes: Sequence[Any]) -> list[Any]:

@@ -12,7 +12,8 @@ A run with `sim.backend = "libero"` and `scene.families = [base suites]` (e.g. `
   (`coda.sim.libero.operators`) of base-suite tasks, either random single edits (exploration, the fill
   source) or a failure mode's own edits on its tasks. Validity is `coda.sim.libero.validity`: it loads,
   settles, and the scripted expert solves it.
-- **critic and verifier** — `coda.critic.libero.LiberoPrivilegedCritic` (unless another critic is
+- **critic and verifier** — the critic layer's for LIBERO (`coda.critic.base.make_critic` with
+  `backend="libero"`, `make_verifier`): `coda.critic.libero.LiberoPrivilegedCritic` (unless another critic is
   configured) and `coda.critic.libero_verify.LiberoVerifier`: counterfactuals undo a blamed BDDL edit in the
   failed scene, and transplant it into solved base scenes.
 - **CoDA's planner** (`plan_libero_modes`) — verified diagnoses group into failure modes keyed by the
@@ -189,14 +190,6 @@ class LiberoBackend(RoundBackend):
 
         return valid_scenes(self, libero_stream({**body, "seed": seed}), n, 3 * n + 5).valid
 
-    def wordings(self, spec: Any) -> tuple[str, ...]:
-        """None: a LIBERO task's instruction is its BDDL `(:language)` and is not paraphrased in training."""
-        return ()
-
-    def goal_labels(self, spec: Any) -> tuple[tuple[int, ...], float]:
-        """None: grounding is not supervised on LIBERO (its goals are BDDL predicates over fixtures and regions)."""
-        return (), float("nan")
-
     def collect_demos(self, specs: Sequence[Any], out_dir: Any) -> Any:
         """Expert demos with their Φ, by task across the backend's workers (each its share of the tasks, in
         one env), written in `specs` order."""
@@ -231,17 +224,6 @@ class LiberoBackend(RoundBackend):
 
         phis = mode_phis(program, accepted, spec, states)
         return phis if phis is not None else [float(x) for x in libero_potential(states[0], spec).phis(states)]
-
-    def make_critic(self) -> Any:
-        from coda.critic.base import make_critic
-
-        name = "libero-privileged" if self.cfg.critic.name == "privileged" else None
-        return make_critic(self.cfg.critic, name)
-
-    def make_verifier(self, env: Any, seed: int) -> Any:
-        from coda.critic.libero_verify import LiberoVerifier
-
-        return LiberoVerifier(self.cfg.critic, shaping=self.cfg.shaping, seed=seed, env_factory=lambda: env.env)
 
     def planner(self, strategy: str, default: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """CoDA's failure-mode planner is LIBERO's own (`plan_libero_modes`); every baseline plans as on the

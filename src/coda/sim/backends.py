@@ -14,6 +14,7 @@ A backend is an object with:
 | `rollout_expert` | one expert episode in a `make_env` env (its `states` and `success`) |
 | `check` | validity of a scene: (valid, reason, details), in a given `target_env` or one of its own |
 | `predicates` | the predicate functions a scene's staged potentials bind to (Text2potential's stages) |
+| `wordings`, `goal_labels` | other instructions for a scene's goal (paraphrase training), and the scene rows its goal names with its number (grounding labels) |
 | `factor_edits`, `same_task` | the factor vocabulary: a diagnosis's implicated factors as the simulator's scene edits (`FactorEdit`: applied to another scene of the same task, undone in the failed one), the verifier's single-factor tests |
 
 `scenario_record(data)` reads any backend's stored scene back as a scene of its backend (the record's
@@ -107,6 +108,17 @@ class SimBackend(Protocol):
         `first_state` is the episode's first state where a backend's predicates depend on the scene."""
         ...
 
+    def wordings(self, spec: Any, n: int) -> tuple[str, ...]:
+        """Up to `n` other instructions for the scene's goal that training may show in place of its own (none
+        where the simulator's instructions are fixed)."""
+        ...
+
+    def goal_labels(self, spec: Any) -> tuple[tuple[int, ...], float]:
+        """The observation rows of the entities the scene's goal names, in role order (what is moved, where
+        it goes), and its number (e.g. a drawer's opening fraction; NaN for none); no rows where the
+        simulator's goals are not entity pairs of the observation."""
+        ...
+
     def factor_edits(self, factors: Sequence["SceneFactor"], spec: Any, tier: str = "train") -> list[FactorEdit]:
         """The implicated `factors` of the failed scene `spec` as edits, in the order of their first factor
         (`tier`: the wording tier an instruction factor draws from). A factor the backend cannot apply
@@ -166,6 +178,19 @@ class TabletopBackend:
         from coda.sim.tabletop import predicates
 
         return predicates
+
+    def wordings(self, spec: Any, n: int) -> tuple[str, ...]:
+        """Train-tier paraphrases of the goal (`coda.scene.language.wordings`)."""
+        from coda.scene.language import wordings
+
+        return tuple(wordings(spec, n))
+
+    def goal_labels(self, spec: Any) -> tuple[tuple[int, ...], float]:
+        """Rows in the observation's entity order (objects, containers, drawers, regions) of the first goal
+        conjunct's arguments, and its value."""
+        rows = {e.name: i for i, e in enumerate((*spec.objects, *spec.containers, *spec.drawers, *spec.regions))}
+        g = spec.goal[0]
+        return tuple(rows[a] for a in g.args), float("nan") if g.value is None else float(g.value)
 
     def factor_edits(self, factors: Sequence["SceneFactor"], spec: Any, tier: str = "train") -> list[FactorEdit]:
         """Scene-operator edits (`coda.sim.tabletop.factors.factor_edits`): entities by role, so they carry to

@@ -198,3 +198,29 @@ def test_verifier_tells_a_reworded_instruction_from_a_guessed_position() -> None
         v = verifier.check(d, ep, policy_success=official_only_policy(calls), base_scenes=bases)
         assert v.accepted is ok, (factor, v.reasons)
         assert v.trials[0].reproduced is ok
+
+
+def test_the_critic_and_verifier_of_a_libero_run_read_libero_traces() -> None:
+    """`privileged` on LIBERO is the critic that reads `LiberoState` traces, also under a fallback or inside
+    the noisy critic; the round backend's verifier is LIBERO's."""
+    from coda.config import build_config
+    from coda.critic.libero import LiberoPrivilegedCritic
+    from coda.critic.libero_verify import LiberoVerifier
+    from coda.critic.noisy import NoisyCritic
+    from coda.critic.privileged import PrivilegedCritic
+    from coda.engine.backend import backend_for
+
+    assert isinstance(make_critic(CriticConfig(), backend="libero"), LiberoPrivilegedCritic)
+    assert isinstance(make_critic(CriticConfig()), PrivilegedCritic)
+    assert isinstance(make_critic(CriticConfig(), backend="tabletop"), PrivilegedCritic)
+    noisy = make_critic(CriticConfig(name="noisy"), backend="libero")
+    assert isinstance(noisy, NoisyCritic) and isinstance(noisy.base, LiberoPrivilegedCritic)
+    cfg = build_config("libero", overrides=["scene.families=[libero_object]", "memory.url=null"])
+    rb = backend_for(cfg)
+    try:
+        v = rb.make_verifier(type("RoundEnv", (), {"env": "inner"})(), seed=3)
+        assert isinstance(v, LiberoVerifier) and v.env_factory() == "inner" and v.sim.name == "libero"
+        assert isinstance(rb.make_critic(), LiberoPrivilegedCritic)
+        assert rb.wordings(OFFICIAL) == () and rb.goal_labels(OFFICIAL)[0] == ()
+    finally:
+        rb.close()

@@ -103,6 +103,14 @@ class LiberoBackend:
         return libero_predicates(first_state, spec)
 
 
+    def wordings(self, spec: Any, n: int) -> tuple[str, ...]:
+        """None: a LIBERO task's instruction is its BDDL `(:language)` and is not paraphrased in training."""
+        return ()
+
+    def goal_labels(self, spec: Any) -> tuple[tuple[int, ...], float]:
+        """None: grounding is not supervised on LIBERO (its goals are BDDL predicates over fixtures and regions)."""
+        return (), float("nan")
+
     def factor_edits(self, factors: Sequence[Any], spec: Any, tier: str = "train") -> list[Any]:
         """BDDL edits of the first few factors (`coda.sim.libero.factors.factor_edits`)."""
         from coda.sim.libero.factors import factor_edits
