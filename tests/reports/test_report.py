@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 from coda.config import build_config
 from coda.critic.diagnosis import Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.verify import CheckResult, FactorTrial, Verdict
-from coda.engine.compile import child_program, compile_generation_program
+from coda.engine.compile import TrainingProgramBody, child_program, compile_generation_program
 from coda.reports.build import ReportOptions, build_report
 from coda.reports.data import Rate, lineage, load_report_data
 from coda.memory import (
@@ -160,6 +160,8 @@ def _write_run(run_dir: Path) -> Written:
             tx.add(GenerationProgram(key="explore", body={"kind": "dr", "families": ["pick_place"], "n_edits": 2,
                                                           "seed": 1, "count": 1}))
             tx.add(TrainingProgram(key="corrective_r1", body={"kind": "corrective", "episodes": [eps[0]]}))
+            tx.add(TrainingProgram(key="train:mode0_r1", failure_mode_id=fm.id, body=TrainingProgramBody(
+                mode=MODE, generation_program="mode0_r1", expert_demos=4).model_dump(mode="json")))
         scenes = run_program(mp.program)
         with mem.phase(RUN, 1, "generate") as tx:
             for j, s in enumerate(scenes):
@@ -296,6 +298,8 @@ def test_report_sections_tables_and_plots(report: Path, written: Written) -> Non
     invalid = page.table_with("program", "reason")
     assert invalid[1][1] == "mode0_r1" and invalid[1][3] == INVALID_REASON
     assert "generation_budget: 4" in text  # the run's configuration
+    training = page.table_with("round", "key", "kind", "contents")
+    assert next(r for r in training if r[1] == "train:mode0_r1")[2] == "mode_training"  # its body names no kind
 
 
 def test_keyframes_and_scenes_are_embedded(report: Path, written: Written) -> None:

@@ -244,7 +244,8 @@ def programs_section(d: ReportData) -> str:
     parts.append("<h3>Generation programs</h3>")
     parts.append(table(["round", "key", "kind", "failure mode", "level", "parent", "budget", "valid",
                         "invalid", "reason"], rows, left={1, 2, 3, 5, 9}) if rows else empty("no generation programs"))
-    trows = [[str(r), esc(k), esc(b.get("kind", "?")), esc(_summary(b))] for r, k, b in d.training_programs]
+    trows = [[str(r), esc(k), esc(b.get("kind") or ("mode_training" if "mode" in b else "?")), esc(_summary(b))]
+             for r, k, b in d.training_programs]  # a compiled mode's body (TrainingProgramBody) names no kind
     parts.append("<h3>Training programs</h3>")
     parts.append(table(["round", "key", "kind", "contents"], trows, left=4) if trows
                  else empty("no training programs"))
