@@ -235,7 +235,7 @@ def test_a_child_program_finds_its_stored_parent() -> None:
     scene program's name, LIBERO's planner by the record key; both resolve (`program_ids`)."""
     from types import SimpleNamespace
 
-    from coda.engine.round import program_ids
+    from coda.engine.curriculum import program_ids
 
     root = compile_generation_program(FAR_LEFT, (), "pick_place", 5, 6, 1)
     child = child_program(root, "solved")

@@ -186,4 +186,15 @@ def rediagnosis_probes(ctx: RunContext, r: int, n: int) -> list[ScenarioSpec]:
     return out
 
 
-__all__ = ["plan_modes", "rediagnosis_probes"]
+def program_ids(programs: Sequence[Any]) -> dict[str, int]:
+    """Stored generation programs' ids by each name a `mode_program.parent` gives: the record key (LIBERO's
+    planner) or the scene program's own name (a compiled mode program, `family/mode/tokens@L0s...`)."""
+    ids = {p.key: p.id for p in programs}
+    for p in programs:
+        name = (p.body.get("program") or {}).get("name")
+        if name:
+            ids.setdefault(name, p.id)
+    return ids
+
+
+__all__ = ["plan_modes", "program_ids", "rediagnosis_probes"]

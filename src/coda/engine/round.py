@@ -296,17 +296,6 @@ def phase_verify(ctx: RunContext, r: int, probes: Sequence[ProbeEpisode], diagno
 FILL_KEY = "fill"
 
 
-def program_ids(programs: Sequence[Any]) -> dict[str, int]:
-    """Stored generation programs' ids by each name a `mode_program.parent` gives: the record key (LIBERO's
-    planner) or the scene program's own name (a compiled mode program, `family/mode/tokens@L0s...`)."""
-    ids = {p.key: p.id for p in programs}
-    for p in programs:
-        name = (p.body.get("program") or {}).get("name")
-        if name:
-            ids.setdefault(name, p.id)
-    return ids
-
-
 def phase_compile(ctx: RunContext, r: int, strategy: Strategy, probes: Sequence[ProbeEpisode],
                   diagnoses: dict[int, Any], verdicts: dict[int, Any]
                   ) -> tuple[list[tuple[str, Iterator[ScenarioSpec], int]], tuple[str, Iterator[ScenarioSpec]]]:
@@ -337,6 +326,8 @@ def phase_compile(ctx: RunContext, r: int, strategy: Strategy, probes: Sequence[
             raise StrategyError(f"strategy '{strategy.name}' planned source counts {counts}; they must be "
                                 f"non-negative integers summing to the generation budget ({budget})")
         known = {m.key: m.id for m in mem.list("failure_mode", run_id=ctx.run_id)}
+        from coda.engine.curriculum import program_ids
+
         prog_ids = program_ids(mem.list("generation_program", run_id=ctx.run_id))
         fill = ev.dr_body(0, tag="fill")
         with ctx.commit(r, "compile") as tx:
@@ -603,5 +594,5 @@ def phase_measure(ctx: RunContext, r: int, prev_checkpoint: Path, checkpoint: Pa
 
 
 __all__ = ["FILL_KEY", "GeneratedScenes", "ProbeEpisode", "diagnose_safely", "explore_probes",
-           "held_apart_scenes", "phase_compile", "program_ids", "phase_diagnose", "phase_evaluate", "phase_generate", "phase_measure",
+           "held_apart_scenes", "phase_compile", "phase_diagnose", "phase_evaluate", "phase_generate", "phase_measure",
            "phase_train_round", "phase_verify", "replay_states", "rescore_probes", "run_round"]
