@@ -20,3 +20,13 @@ class RegistryError(CodaError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it a plain line
         return str(self.args[0]) if self.args else ""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (its type's name when it has none), for one-line
+    reasons and errors."""
+    try:
+        text = str(exc)[:2000]
+    except Exception:  # noqa: BLE001 - an exception whose message cannot be built
+        text = ""
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)

@@ -48,13 +48,7 @@ from coda.shaping.text2potential import PROGRESS_CAP, PlanRejected, StagedPotent
 from coda.sim.libero import suites as S
 from coda.sim.libero.errors import LiberoError
 from coda.sim.libero.experts import pick_place_task
-from coda.sim.libero.factors import (
-    LiberoDiagnosisError,
-    scenario_factors,
-    swap_partner,
-    transplant_factor,
-    undo_factor,
-)
+from coda.sim.libero.factors import scenario_factors
 from coda.sim.libero.predicates import LiberoPredicates, goal_pair, libero_kinds, libero_predicates
 from coda.sim.libero.scenario import LiberoScenario
 from coda.sim.libero.state import SKIPPED_FIXTURES, LiberoState, category_words
@@ -466,7 +460,6 @@ class LiberoPrivilegedCritic:
 __all__ = [
     "libero_stage_program",
     "RELEVANT",
-    "LiberoDiagnosisError",
     "LiberoPrivilegedCritic",
     "LiberoRelease",
     "LiberoTraceFacts",
@@ -477,9 +470,5 @@ __all__ = [
     "libero_trace_facts",
     "try_libero_plan",
     "relevant_factors",
-    "scenario_factors",
     "stage_plan_words",
-    "swap_partner",
-    "transplant_factor",
-    "undo_factor",
 ]

@@ -44,6 +44,7 @@ from coda.critic.libero import LiberoTraceFacts, libero_entities, libero_trace_f
 from coda.critic.privileged import DETOUR_PATH, IMPRECISE_DIST
 from coda.critic.trace import MOVED
 from coda.critic.verdict import CHECKS, CheckResult, VerifierFlow, VerifyError, verify_seed
+from coda.errors import first_line
 from coda.shaping.config import ShapingConfig
 from coda.shaping.text2potential import PlanRejected, StagedPotential, spearman_with_time
 from coda.sim.backends import SimBackend, sim_backend
@@ -138,10 +139,6 @@ def check_libero_consistency(d: Diagnosis, f: LiberoTraceFacts, stage_slack: int
 # ---- the verifier ------------------------------------------------------------------------------------
 
 
-def _first_line(e: Exception) -> str:
-    return (str(e).splitlines() or [type(e).__name__])[0]
-
-
 class LiberoVerifier(VerifierFlow):
     """Runs checks (a)-(c) on diagnoses of LIBERO episodes (see the module docstring).
 
@@ -193,7 +190,7 @@ class LiberoVerifier(VerifierFlow):
         try:
             return libero_trace_facts(episode.states, episode.spec), ""
         except LiberoError as e:
-            return None, f"cannot read the trace: {_first_line(e)}"
+            return None, f"cannot read the trace: {first_line(e)}"
 
     def consistency_check(self, d: Diagnosis, episode: EpisodeRecord) -> CheckResult:
         """Check (a) over the episode's `LiberoState` trace (`check_libero_consistency`)."""
@@ -224,7 +221,7 @@ class LiberoVerifier(VerifierFlow):
         try:
             demos = self._expert_demos(spec)
         except LiberoError as e:
-            return CheckResult(name="potential", status="not_run", reason=f"no expert demo: {_first_line(e)}",
+            return CheckResult(name="potential", status="not_run", reason=f"no expert demo: {first_line(e)}",
                                details=details)
         if not demos:
             return CheckResult(name="potential", status="not_run",

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coda.critic.base import EpisodeRecord
 from coda.critic.diagnosis import CriticResult, Diagnosis, SceneFactor
-from coda.errors import CodaError
+from coda.errors import CodaError, first_line
 from coda.sim.backends import FactorEdit
 
 VERDICT_SCHEMA_VERSION = 1
@@ -95,10 +95,6 @@ def verify_seed(seed: int, key: str | None) -> list[int]:
     return [seed & 0xFFFFFFFF, int.from_bytes(h[:8], "little")]
 
 
-def _first_line(e: Exception) -> str:
-    return (str(e).splitlines() or [type(e).__name__])[0]
-
-
 def _trial_reason(t: FactorTrial) -> str:
     parts = []
     if t.sufficient is None:
@@ -130,6 +126,8 @@ class VerifierFlow:
     seed: int
     sim: Any
     episodes_run: int = 0  # policy episodes asked for (outcomes not yet known), over the verifier's life
+    _outcomes_of: Any = None  # the policy_success whose outcomes `_outcomes` holds (spec_id -> outcome)
+    _outcomes: dict[str, bool | str]
 
     def check(self, diagnosis: CriticResult, episode: EpisodeRecord, *,
               policy_success: Callable[[Any], bool] | None = None, base_scenes: Sequence[Any] = ()) -> Verdict:
@@ -175,7 +173,7 @@ class VerifierFlow:
         try:
             edits = self.sim.factor_edits(d.factors, spec, self.cfg.counterfactual_tier)
         except CodaError as e:
-            return CheckResult(name="counterfactual", status="not_run", reason=_first_line(e)), ()
+            return CheckResult(name="counterfactual", status="not_run", reason=first_line(e)), ()
         k, margin = self.cfg.counterfactual_k, self.cfg.counterfactual_margin
         self._consulted: set[str] = set()
         scan = [s for s in base_scenes if self.sim.same_task(spec, s)][: 3 * k]
@@ -226,7 +224,7 @@ class VerifierFlow:
             try:
                 derived.append(e.apply(base, rng))  # type: ignore[misc]
             except CodaError as err:  # the edit does not fit this base scene
-                errors.append(_first_line(err))
+                errors.append(first_line(err))
         self._prefetch(policy_success, derived)
         results = [self._outcome(policy_success, s) for s in derived]
         outcomes = [not r for r in results if isinstance(r, bool)]
@@ -247,7 +245,7 @@ class VerifierFlow:
             try:
                 undone = e.undo(rng)
             except CodaError as err:  # FactorError, or a scene the edit leaves invalid
-                return trial.model_copy(update={"undo_error": _first_line(err)})
+                return trial.model_copy(update={"undo_error": first_line(err)})
             variants.setdefault(undone.spec_id, undone)
         changed = [v for sid, v in variants.items() if sid != spec.spec_id]
         if not changed:  # already as in training: undoing it changes nothing, so it did not cause the failure
@@ -267,7 +265,7 @@ class VerifierFlow:
 
     def _outcome(self, policy_success: Any, scene: Any) -> bool | str:
         """Whether the policy solves `scene` (asked once per policy), or why the scene does not build."""
-        if getattr(self, "_outcomes_of", None) is not policy_success:
+        if self._outcomes_of is not policy_success:
             self._outcomes_of, self._outcomes = policy_success, {}
         key = scene.spec_id
         self._consulted.add(key)
@@ -276,14 +274,14 @@ class VerifierFlow:
             try:
                 self._outcomes[key] = bool(policy_success(scene))
             except CodaError as e:  # a scene that does not load, placements that cannot be sampled
-                self._outcomes[key] = f"scene {key} does not build: {_first_line(e)}"
+                self._outcomes[key] = f"scene {key} does not build: {first_line(e)}"
         return self._outcomes[key]
 
     def _prefetch(self, policy_success: Any, scenes: Sequence[Any]) -> None:
         """Let a `policy_success` that can (`prefetch`) roll `scenes` out together before they are asked
         about; where one of them does not build, they are asked one at a time."""
         prefetch = getattr(policy_success, "prefetch", None)
-        known = self._outcomes if getattr(self, "_outcomes_of", None) is policy_success else {}
+        known = self._outcomes if self._outcomes_of is policy_success else {}
         todo = [s for s in scenes if s.spec_id not in known]
         if prefetch is not None and todo:
             try:

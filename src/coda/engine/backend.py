@@ -486,7 +486,7 @@ def valid_scenes(backend: RoundBackend, stream: Iterator[Any], n: int, max_tries
     scenes count as seen (a repeat of an invalid candidate is checked again, as the probe draw always did).
     A stream raising `StopIteration` or a `CodaError` ends the draw, with the reason in `stopped`.
     """
-    from coda.engine.round import _first_line
+    from coda.errors import first_line
     from coda.errors import CodaError
 
     seen = set() if seen is None else seen
@@ -502,7 +502,7 @@ def valid_scenes(backend: RoundBackend, stream: Iterator[Any], n: int, max_tries
                 out.stopped = f"ran dry after {out.tries} candidates"
                 break
             except CodaError as e:
-                out.stopped = f"stopped after {out.tries} candidates: {_first_line(e)}"
+                out.stopped = f"stopped after {out.tries} candidates: {first_line(e)}"
                 break
             out.tries += 1
             if spec.spec_id in seen or spec.spec_id in drawn_ids:

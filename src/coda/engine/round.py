@@ -31,6 +31,7 @@ from coda.engine.context import RunContext
 from coda.engine.loop import phase_measure_splits, progress_bar
 from coda.engine.rollout import Rollout, evaluate_checkpoint
 from coda.engine.strategies import Evidence, Strategy, StrategyError, candidate_stream
+from coda.errors import first_line
 from coda.scene.spec import ScenarioSpec
 
 
@@ -225,9 +226,9 @@ def diagnose_safely(critic: Any, episode: Any) -> Any:
     try:
         res = critic.diagnose(episode)
     except CriticUnavailable as e:
-        return rejected(f"critic unavailable: {_first_line(e)}")
+        return rejected(f"critic unavailable: {first_line(e)}")
     except Exception as e:  # noqa: BLE001 - a critic is foreign code: any failure is a recorded rejection
-        return rejected(f"critic failed: {type(e).__name__}: {_first_line(e)}")
+        return rejected(f"critic failed: {type(e).__name__}: {first_line(e)}")
     if not isinstance(res, (Diagnosis, DiagnosisRejected)):
         return rejected(f"critic returned a {type(res).__name__}, not a Diagnosis or DiagnosisRejected", repr(res)[:20_000])
     if res.episode_id is None:
@@ -236,14 +237,6 @@ def diagnose_safely(critic: Any, episode: Any) -> Any:
         return rejected(f"diagnosis field 'episode_id' = {res.episode_id!r} but episode {episode.episode_id!r} "
                         "was diagnosed", res.model_dump_json())
     return res
-
-
-def _first_line(e: BaseException) -> str:
-    try:
-        text = str(e)[:2000]
-    except Exception:  # noqa: BLE001 - an exception whose message cannot be built
-        text = ""
-    return next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
 
 
 def _critic_result(data: dict[str, Any]) -> Any:

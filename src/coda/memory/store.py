@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from coda.errors import CodaError
+from coda.errors import first_line as _first_line_of
 from coda.memory.artifacts import ArtifactStore
 from coda.memory.errors import (
     DuplicateRecordError,
@@ -68,12 +69,8 @@ def resolve_kind(kind: str | type[R]) -> type[Base]:
 
 
 def first_line(exc: BaseException) -> str:
-    """The first non-empty line of a (driver) exception's message."""
-    inner = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-    for line in str(inner).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(inner).__name__
+    """The first non-empty line of a (driver) exception's message: the database's own, under SQLAlchemy's."""
+    return _first_line_of(exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc)
 
 
 def check_run_id(run_id: object) -> str:

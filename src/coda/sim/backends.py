@@ -188,7 +188,9 @@ class TabletopBackend:
     def goal_labels(self, spec: Any) -> tuple[tuple[int, ...], float]:
         """Rows in the observation's entity order (objects, containers, drawers, regions) of the first goal
         conjunct's arguments, and its value."""
-        rows = {e.name: i for i, e in enumerate((*spec.objects, *spec.containers, *spec.drawers, *spec.regions))}
+        from coda.scene.spec import entity_kinds
+
+        rows = {name: i for i, name in enumerate(entity_kinds(spec))}  # the observation's entity order
         g = spec.goal[0]
         return tuple(rows[a] for a in g.args), float("nan") if g.value is None else float(g.value)
 
@@ -200,7 +202,8 @@ class TabletopBackend:
         return factor_edits(factors, spec, tier)
 
     def same_task(self, spec: Any, base: Any) -> bool:
-        """A tabletop task is its family: a base scene of the same family."""
+        """A tabletop task is its family: a base scene of the same family (the failed scene itself too, which
+        the policy does not solve, so it is never a base)."""
         return getattr(base, "family", None) == spec.family
 
 

@@ -14,18 +14,18 @@ pytest.importorskip("libero.libero", reason="the LIBERO backend needs `pip insta
 from coda.critic.base import EpisodeRecord, make_critic  # noqa: E402
 from coda.critic.config import CriticConfig  # noqa: E402
 from coda.critic.diagnosis import Diagnosis, DiagnosisRejected, SceneFactor  # noqa: E402
-from coda.critic.libero import (  # noqa: E402
-    LiberoDiagnosisError,
-    libero_trace_facts,
-    scenario_factors,
-    transplant_factor,
-    undo_factor,
-)
+from coda.critic.libero import libero_trace_facts  # noqa: E402
 from coda.critic.libero_verify import LiberoVerifier, check_libero_consistency  # noqa: E402
 from coda.sim.libero import suites as S  # noqa: E402
 from coda.sim.libero.bddl_edit import region_ranges  # noqa: E402
 from coda.sim.libero.env import NOOP, LiberoEnv  # noqa: E402
 from coda.sim.libero.experts import expert_for  # noqa: E402
+from coda.sim.libero.factors import (  # noqa: E402
+    LiberoDiagnosisError,
+    scenario_factors,
+    transplant_factor,
+    undo_factor,
+)
 from coda.sim.libero.operators import derive, init_regions  # noqa: E402
 from coda.sim.libero.scenario import LiberoScenario  # noqa: E402
 

@@ -158,7 +158,7 @@ def swapped_pairs(factors: Sequence[SceneFactor], spec: ScenarioSpec) -> dict[in
     swapped layout, which is applied and undone as one swap (moving either entity alone would collide)."""
     from coda.scene.regions import REGIONS
 
-    names = _entity_names(spec)
+    names = entity_kinds(spec)
     pos = [i for i, f in enumerate(factors)
            if f.kind in ("position", "region") and f.value != "robot_start" and f.entity in names]
     pairs: dict[int, int] = {}
@@ -234,7 +234,7 @@ def _undo_position(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec)
     if f.value == "robot_start":
         return _edited(f, spec, robot=RobotStart().model_dump())
     name = f.entity or spec.goal[0].args[0]
-    if name not in _entity_names(spec):
+    if name not in entity_kinds(spec):
         raise FactorError(f"cannot undo {f.kind}={f.value!r}: no entity '{name}' in the scene")
     region = training_region(name, spec)
     if region is None:
@@ -282,7 +282,7 @@ def _undo_attribute(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec
     attr = f.value.partition("=")[0].strip().lower()
     if attr in ("color", "colour"):
         colors = list(SFT_COLORS if name in objects else SFT_FIXTURES)
-        if name in _entity_names(spec) and getattr(spec.entity(name), "color", None) in colors:
+        if name in entity_kinds(spec) and getattr(spec.entity(name), "color", None) in colors:
             return spec
         return _derived(rng, f, spec, ("recolor", {"object": name, "colors": colors}))
     if attr == "size" and name == target and name in objects:
@@ -295,10 +295,6 @@ def _undo_attribute(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec
             return spec
         return _derived(rng, f, spec, ("reshape", {"object": name, "shapes": ["box"]}))
     raise FactorError(f"cannot undo object_attribute {f.value!r} of '{name}'")
-
-
-def _entity_names(spec: ScenarioSpec) -> set[str]:
-    return {e.name for e in (*spec.objects, *spec.containers, *spec.drawers, *spec.regions)}
 
 
 __all__ = ["factor_edits", "factor_ops", "role_of", "swapped_pairs", "training_region", "undo_factor"]
