@@ -26,6 +26,7 @@ class ToyEnv:
 class ToySim:
     name = "toy"
     eval_splits = ("sft", "far")
+    max_level = 0
 
     def build_split(self, family, name, split, n, seed, check_many=None):
         return [{"ok": True, "split": split, "seed": seed + i} for i in range(n)], []
@@ -65,6 +66,20 @@ class ToySim:
 
     def same_task(self, spec, base):
         return spec == base
+
+    def mode_tokens(self, factors, spec, where="factors"):
+        return tuple(sorted({f.kind for f in factors}))
+
+    def check_token(self, token, where="token"):
+        pass
+
+    def entity_roles(self, spec):
+        return {}
+
+    def mode_program(self, mode, examples, *, level, parent, seed, count, name, reason, rediagnose=False):
+        from coda.scene.factors import CompileError
+
+        raise CompileError(f"mode = {mode!r}: a toy scene has no generation programs")
 
 
 BACKEND = ToySim()

@@ -10,17 +10,19 @@ import pytest
 from coda.critic.diagnosis import Diagnosis
 from coda.engine.compile import (
     CompileError,
-    ModeProgram,
     TrainingProgramBody,
     bind_potential,
-    child_program,
-    compile_generation_program,
     compile_training_program,
     corrective_start,
     load_training_program,
-    neighbourhood,
+    next_level,
+    plan_template,
 )
-from coda.engine.modes import Mode, ModeError
+from coda.engine.modes import Mode
+from coda.sim.backends import sim_backend
+from coda.sim.tabletop.programs import ModeProgram, compile_generation_program
+from coda.sim.tabletop.programs import child_program as _child_program
+from coda.sim.tabletop.widening import neighbourhood
 from coda.scene.programs import GenerationProgram, load_program, run_program
 from coda.scene.language import canonical_instruction
 from coda.scene.regions import REGIONS, grid_region_of
@@ -30,6 +32,16 @@ from coda.shaping.resolve import entity_words
 from coda.shaping.text2potential import canonical_plan, parse_plan
 
 FAR_LEFT = "missed_grasp|position:far_left"
+ROLES = sim_backend("tabletop").entity_roles
+
+
+def child_program(parent: ModeProgram, outcome: str, max_level: int = 3, **kw: int) -> ModeProgram:
+    """The next program as CoDA's planner makes it: the level by the outcome, the scenes by the tabletop."""
+    return _child_program(parent, *next_level(parent.level, outcome, max_level), **kw)
+
+
+def _template_of(plan: str, spec: ScenarioSpec):  # type: ignore[no-untyped-def]
+    return plan_template(plan, spec, ROLES(spec))
 
 
 def _target(s: ScenarioSpec) -> ObjectSpec:
@@ -141,8 +153,8 @@ def test_every_family_compiles_and_runs_at_every_level(family: str, keys: list[s
 
 
 def test_compile_errors_name_the_field() -> None:
-    with pytest.raises(ModeError, match="mode = 'bogus|position:far_left': failure mode 'bogus' is unknown"):
-        compile_generation_program("bogus|position:far_left", (), "pick_place", 0, 4)
+    with pytest.raises(CompileError, match="mode = 'missed_grasp|position:moon': token 'position:moon': region 'moon'"):
+        compile_generation_program("missed_grasp|position:moon", (), "pick_place", 0, 4)
     with pytest.raises(CompileError, match="mode = 'no_progress' has no verified factor"):
         compile_generation_program("no_progress", (), "pick_place", 0, 4)
     with pytest.raises(CompileError, match="'position@alt:far_left' concerns the 'alt' entity, which stack scenes lack"):
@@ -193,7 +205,7 @@ def test_training_program_votes_for_the_most_common_compiling_plan() -> None:
     diags = [_diag(0, scenes[0], "dance around the table"), _diag(1, scenes[1], canonical_plan(scenes[1])),
              _diag(2, scenes[2], canonical_plan(scenes[2])), _diag(3, scenes[3], short.replace("cube", entity_words(_target(scenes[3]))))]
     body = compile_training_program(FAR_LEFT, diags, "pick_place/x@L0s1", scenes={f"ep{i}": s for i, s in enumerate(scenes)},
-                                    expert_demos=12, start_steps={"ep2": 30})
+                                    expert_demos=12, start_steps={"ep2": 30}, template_of=_template_of)
     assert json.loads(json.dumps(body)) == body
     tp = load_training_program(body)
     assert isinstance(tp, TrainingProgramBody)
@@ -204,22 +216,25 @@ def test_training_program_votes_for_the_most_common_compiling_plan() -> None:
     assert tp.expert_demos == 12 and tp.generation_program == "pick_place/x@L0s1"
     # the role template binds to a generated scene of the mode
     gen = run_program(compile_generation_program(FAR_LEFT, (), "pick_place", 0, 1).program)[0]
-    bound = bind_potential(tp.potential_template or (), gen)
+    bound = bind_potential(tp.potential_template or (), gen, ROLES(gen))
     assert bound.stages[0].args == (gen.goal[0].args[0],) and bound.stages[-1].args == tuple(gen.goal[0].args)
 
 
 def test_training_program_without_a_compiling_plan_and_errors() -> None:
     s = make_split("pick_place", "sft", 1, 0)[0]
-    body = compile_training_program(FAR_LEFT, [_diag(0, s, "wiggle")], "k", scenes={"ep0": s}, expert_demos=0)
+    body = compile_training_program(FAR_LEFT, [_diag(0, s, "wiggle")], "k", scenes={"ep0": s}, expert_demos=0,
+                                    template_of=_template_of)
     assert body["potential"] is None and "no stage plan compiles" in body["potential_reason"]
     with pytest.raises(CompileError, match=r"diagnoses\[0\].failure_mode = 'detour' does not belong"):
-        compile_training_program(FAR_LEFT, [_diag(0, s, "x", "detour")], "k", scenes={"ep0": s}, expert_demos=1)
+        compile_training_program(FAR_LEFT, [_diag(0, s, "x", "detour")], "k", scenes={"ep0": s}, expert_demos=1,
+                                 template_of=_template_of)
     with pytest.raises(CompileError, match=r"diagnoses\[0\].episode_id = 'ep0' has no scene"):
-        compile_training_program(FAR_LEFT, [_diag(0, s, "x")], "k", scenes={}, expert_demos=1)
+        compile_training_program(FAR_LEFT, [_diag(0, s, "x")], "k", scenes={}, expert_demos=1, template_of=_template_of)
     with pytest.raises(CompileError, match="expert_demos = -2"):
-        compile_training_program(FAR_LEFT, [], "k", scenes={}, expert_demos=-2)
+        compile_training_program(FAR_LEFT, [], "k", scenes={}, expert_demos=-2, template_of=_template_of)
     with pytest.raises(CompileError, match=r"start_steps\['ep0'\] = -5"):
-        compile_training_program(FAR_LEFT, [_diag(0, s, "x")], "k", scenes={"ep0": s}, expert_demos=1, start_steps={"ep0": -5})
+        compile_training_program(FAR_LEFT, [_diag(0, s, "x")], "k", scenes={"ep0": s}, expert_demos=1, start_steps={"ep0": -5},
+                                 template_of=_template_of)
     with pytest.raises(CompileError, match="training program field 'weights': .* must not all be 0"):
         load_training_program({**body, "weights": {"expert": 0, "corrective": 0, "replay": 0}})
 

@@ -8,23 +8,16 @@ import pytest
 
 from coda.critic.diagnosis import Diagnosis, SceneFactor
 from coda.critic.verify import Verdict
-from coda.engine.modes import (
-    Mode,
-    ModeAssignment,
-    ModeError,
-    cluster,
-    entity_for_role,
-    factor_kinds,
-    factor_token,
-    mode_key,
-    parse_mode_key,
-    role_of,
-)
+from coda.engine.modes import Mode, ModeAssignment, ModeError, cluster, factor_kinds, mode_key, parse_mode_key
+from coda.sim import backends
+from coda.sim.tabletop.factors import entity_for_role, role_of
+from coda.sim.tabletop.tokens import factor_token
 from coda.policy.text import HashingTextEncoder, TextEncoder
 from coda.scene.spec import ScenarioSpec
 from coda.scene.splits import make_split
 
 PLAN = "1. reach the cube 2. grasp it"
+TABLETOP = backends.sim_backend("tabletop")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +68,7 @@ def _batch(scenes: list[ScenarioSpec]) -> tuple[list[Diagnosis], list[Verdict], 
 
 def test_paraphrases_merge_and_different_modes_stay_apart(minilm: TextEncoder, scenes: list[ScenarioSpec]) -> None:
     ds, vs, sc = _batch(scenes)
-    a = cluster(ds, vs, [], minilm, scenes=sc, threshold=0.8)
+    a = cluster(ds, vs, [], minilm, vocabulary=TABLETOP, scenes=sc, threshold=0.8)
     assert a.raw_keys[0] == "missed_grasp|position:far_left" and a.raw_keys[1] == "missed_grasp|position:far"
     assert a.mode_of[0] == a.mode_of[1] == "missed_grasp|position:far"  # first in key order founds the mode
     assert 0 in a.similarity and a.similarity[0] >= 0.8  # merged by the embedding, not by the key
@@ -93,23 +86,23 @@ def test_paraphrases_merge_and_different_modes_stay_apart(minilm: TextEncoder, s
     assert factor_kinds("no_progress") == frozenset()
     task = [_pair(0, "wrong_object", [_factor("instruction", "put the red cube in the tray")], WRONG),
             _pair(1, "wrong_object", [_factor("distractor", "red cube", scenes[1].objects[-1].name)], WRONG)]
-    split = cluster([d for d, _ in task], [v for _, v in task], [], minilm, scenes=sc, threshold=0.5)
+    split = cluster([d for d, _ in task], [v for _, v in task], [], minilm, vocabulary=TABLETOP, scenes=sc, threshold=0.5)
     assert list(split.mode_of) == ["wrong_object|instruction", "wrong_object|distractor"]
     # a strict threshold keeps the two keys apart: the merge above came from the similarity
-    strict = cluster(ds, vs, [], minilm, scenes=sc, threshold=0.99)
+    strict = cluster(ds, vs, [], minilm, vocabulary=TABLETOP, scenes=sc, threshold=0.99)
     assert strict.mode_of[0] != strict.mode_of[1]
 
 
 def test_existing_modes_absorb_new_diagnoses(minilm: TextEncoder, scenes: list[ScenarioSpec]) -> None:
     ds, vs, sc = _batch(scenes)
-    first = cluster(ds, vs, [], minilm, scenes=sc)
+    first = cluster(ds, vs, [], minilm, vocabulary=TABLETOP, scenes=sc)
     # as the round loop would read them back from memory: key, description, embedding
     stored = [Mode.from_key(**m.record_fields()) for m in first.modes.values()]
     t = scenes[7].goal[0].args[0]
     d, v = _pair(7, "missed_grasp", [_factor("position", "spot_far_left", t)],
                  "The gripper closed next to the cube in the far-left corner but never held it.")
     d2, v2 = _pair(8, "wrong_object", [_factor("instruction", "x")], WRONG)
-    second = cluster([d, d2], [v, v2], stored, minilm, scenes={"ep7": scenes[7]})
+    second = cluster([d, d2], [v, v2], stored, minilm, vocabulary=TABLETOP, scenes={"ep7": scenes[7]})
     assert second.raw_keys[0] == "missed_grasp|position:spot_far_left"
     assert second.mode_of == ("missed_grasp|position:far", "wrong_object|instruction")
     assert second.new == ()
@@ -118,10 +111,10 @@ def test_existing_modes_absorb_new_diagnoses(minilm: TextEncoder, scenes: list[S
 
 def test_clustering_is_deterministic_and_order_free(minilm: TextEncoder, scenes: list[ScenarioSpec]) -> None:
     ds, vs, sc = _batch(scenes)
-    a = cluster(ds, vs, [], minilm, scenes=sc)
-    assert cluster(ds, vs, [], minilm, scenes=sc) == a
+    a = cluster(ds, vs, [], minilm, vocabulary=TABLETOP, scenes=sc)
+    assert cluster(ds, vs, [], minilm, vocabulary=TABLETOP, scenes=sc) == a
     order = [4, 2, 6, 0, 5, 3, 1]
-    b = cluster([ds[i] for i in order], [vs[i] for i in order], [], minilm, scenes=sc)
+    b = cluster([ds[i] for i in order], [vs[i] for i in order], [], minilm, vocabulary=TABLETOP, scenes=sc)
     assert [b.mode_of[order.index(i)] for i in range(len(ds))] == list(a.mode_of)
     assert b.new == a.new
 
@@ -162,7 +155,7 @@ def test_factor_tokens_use_roles_and_carry_over(scenes: list[ScenarioSpec]) -> N
 )
 def test_bad_mode_keys_name_the_field(key: str, words: str) -> None:
     with pytest.raises(ModeError, match="mode = ") as e:
-        parse_mode_key(key)
+        parse_mode_key(key, vocabulary=TABLETOP)
     assert words in str(e.value)
 
 
@@ -170,25 +163,25 @@ def test_bad_cluster_inputs_fail_naming_the_field(scenes: list[ScenarioSpec]) ->
     enc = HashingTextEncoder()
     ds, vs, sc = _batch(scenes)
     with pytest.raises(ModeError, match="verdicts has 6 entries for 7 diagnoses"):
-        cluster(ds, vs[:-1], [], enc, scenes=sc)
+        cluster(ds, vs[:-1], [], enc, vocabulary=TABLETOP, scenes=sc)
     other = vs[1].model_copy(update={"episode_id": "ep9"})
     with pytest.raises(ModeError, match=r"verdicts\[0\].episode_id = 'ep9'"):
-        cluster(ds[:1], [other], [], enc, scenes=sc)
+        cluster(ds[:1], [other], [], enc, vocabulary=TABLETOP, scenes=sc)
     with pytest.raises(ModeError, match=r"verdicts\[0\].verified_factors\[0\].entity = '\w+': no scene"):
-        cluster(ds[:1], vs[:1], [], enc, scenes={})
+        cluster(ds[:1], vs[:1], [], enc, vocabulary=TABLETOP, scenes={})
     with pytest.raises(ModeError, match="threshold = 1.5"):
-        cluster(ds, vs, [], enc, scenes=sc, threshold=1.5)
+        cluster(ds, vs, [], enc, vocabulary=TABLETOP, scenes=sc, threshold=1.5)
     dup = Mode.from_key("no_progress")
     with pytest.raises(ModeError, match=r"existing_modes\[1\].key = 'no_progress' appears twice"):
-        cluster(ds, vs, [dup, dup], enc, scenes=sc)
+        cluster(ds, vs, [dup, dup], enc, vocabulary=TABLETOP, scenes=sc)
     bad = _factor("position", "somewhere", scenes[0].goal[0].args[0])
     d, v = _pair(0, "missed_grasp", [bad], MISSED_A)
     with pytest.raises(ModeError, match=r"value = 'somewhere' is neither a region name"):
-        cluster([d], [v], [], enc, scenes={"ep0": scenes[0]})
+        cluster([d], [v], [], enc, vocabulary=TABLETOP, scenes={"ep0": scenes[0]})
 
 
 def test_empty_input_gives_an_empty_assignment() -> None:
-    a = cluster([], [], [Mode.from_key("no_progress")], HashingTextEncoder())
+    a = cluster([], [], [Mode.from_key("no_progress")], HashingTextEncoder(), vocabulary=TABLETOP)
     assert a == ModeAssignment(mode_of=(), raw_keys=())
 
 
@@ -197,6 +190,6 @@ def test_task_factors_key_their_own_mode(scenes: list[ScenarioSpec]) -> None:
     other = next(o.name for o in s.objects if o.name != s.goal[0].args[0])
     d1, v1 = _pair(0, "wrong_object", [_factor("task", "blue cylinder -> blue bowl", other)], WRONG)
     d2, v2 = _pair(1, "wrong_object", [_factor("instruction", "the crimson block")], "The policy misread the wording.")
-    a = cluster([d1, d2], [v1, v2], [], HashingTextEncoder(), scenes={"ep0": s, "ep1": scenes[1]}, threshold=0.99)
+    a = cluster([d1, d2], [v1, v2], [], HashingTextEncoder(), vocabulary=TABLETOP, scenes={"ep0": s, "ep1": scenes[1]}, threshold=0.99)
     assert a.raw_keys == ("wrong_object|task", "wrong_object|instruction")
     assert a.mode_of == a.raw_keys and set(a.new) == {"wrong_object|task", "wrong_object|instruction"}

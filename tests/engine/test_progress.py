@@ -163,3 +163,23 @@ def test_unknown_or_misfiled_modes_fail() -> None:
         allocate_budget({EXPLORE: []}, 10, 0.1, 0.1, 0.9, rng)
     with pytest.raises(ValueError, match="after"):
         LearningProgress(mode="a", round=1, before=0.1, after=1.5)
+
+
+def test_more_unsolved_modes_than_the_floor_allows_share_the_budget_evenly() -> None:
+    from coda.config import CodaConfig
+    from coda.engine.progress import mode_shares
+
+    cfg = CodaConfig().engine.model_copy(update={"exploration_floor": 0.1, "max_modes": 0})
+    active = {f"m{i}|task": [LearningProgress(mode=f"m{i}|task", round=1, before=0.0, after=0.2, n=1)] for i in range(12)}
+    active["solved|task"] = [LearningProgress(mode="solved|task", round=1, before=0.5, after=0.95, n=1)]
+    with pytest.raises(ProgressError, match="exploration_floor = 0.1 is impossible for 12 active modes"):
+        allocate_budget(active, 26, 0.1, cfg.explore_share, cfg.solved_threshold, np.random.default_rng(0))
+    shares = mode_shares(active, 26, cfg, np.random.default_rng(0))
+    assert sum(shares.values()) == 26 and shares["solved|task"] == 0
+    assert all(shares[f"m{i}|task"] in (1, 2) for i in range(12))
+    # capped: three modes share the modes' part (never-measured first), the others wait
+    capped = cfg.model_copy(update={"max_modes": 3})
+    active["new|task"] = []
+    shares = mode_shares(active, 26, capped, np.random.default_rng(0))
+    chosen = {k for k, v in shares.items() if v and k != "explore"}
+    assert sum(shares.values()) == 26 and len(chosen) == 3 and "new|task" in chosen

@@ -28,7 +28,7 @@ import engine_runs as E  # noqa: E402
 from coda.critic.base import CRITICS  # noqa: E402
 from coda.critic.diagnosis import Diagnosis, SceneFactor  # noqa: E402
 from coda.critic.verify import CheckResult, Verdict  # noqa: E402
-from coda.engine.compile import RoleStage, bind_potential, child_program, corrective_start, load_training_program  # noqa: E402
+from coda.engine.compile import RoleStage, bind_potential, corrective_start, load_training_program, next_level  # noqa: E402
 from coda.engine.curriculum import rediagnosis_probes  # noqa: E402
 from coda.engine.loop import start_run  # noqa: E402
 from coda.engine.rollout import evaluate_checkpoint  # noqa: E402
@@ -155,7 +155,8 @@ def test_accepted_diagnoses_compile_into_mode_programs_that_generation_and_train
 
         for spec in mode_scenes:
             ep = next(e for e in episodes if e.spec_id == spec.spec_id and not e.corrective)
-            want = StagedPotential(bind_potential(template, spec), spec).phis(replay_states(env, spec, ep.actions))
+            roles = ctx.backend.sim.entity_roles(spec)
+            want = StagedPotential(bind_potential(template, spec, roles), spec).phis(replay_states(env, spec, ep.actions))
             assert np.allclose(ep.potentials, want)
     finally:
         env.close()
@@ -177,7 +178,7 @@ def test_a_mode_whose_program_cannot_be_made_explores_and_the_explore_source_say
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from coda.engine import compile as C
+    from coda.sim.tabletop import programs as C
     from coda.engine.curriculum import plan_modes
     from coda.engine.fork import copy_round0
     from coda.engine.round import ProbeEpisode
@@ -206,7 +207,7 @@ def test_a_mode_whose_program_cannot_be_made_explores_and_the_explore_source_say
 
 
 def test_a_program_stuck_at_level_0_is_probed_again_next_round(tmp_path: Path) -> None:
-    from coda.engine.compile import compile_generation_program
+    from coda.sim.tabletop.programs import child_program, compile_generation_program
     from coda.engine.context import RunContext
     from coda.memory import open_memory
 
@@ -215,7 +216,7 @@ def test_a_program_stuck_at_level_0_is_probed_again_next_round(tmp_path: Path) -
     mem.create_run("stuck", config=cfg.model_dump(mode="json"), seed=0, strategy="coda")
     ctx = RunContext(cfg=cfg, run_dir=tmp_path, run_id="stuck", memory=mem, families=(E.FAMILY,))
     parent = compile_generation_program(MODE, (), E.FAMILY, seed=5, budget=4, level=0)
-    child = child_program(parent, "stuck")
+    child = child_program(parent, *next_level(parent.level, "stuck", 3))
     assert child.rediagnose and child.level == 0
     with mem.phase("stuck", 1, "compile") as tx:
         tx.add(GenerationProgram(key="mode0_r1", body={"kind": "program", "mode": MODE, "count": 4,

@@ -29,7 +29,8 @@ from typer.testing import CliRunner
 from coda.config import build_config
 from coda.critic.diagnosis import Diagnosis, DiagnosisRejected, SceneFactor
 from coda.critic.verify import CheckResult, FactorTrial, Verdict
-from coda.engine.compile import TrainingProgramBody, child_program, compile_generation_program
+from coda.engine.compile import TrainingProgramBody, next_level
+from coda.sim.tabletop.programs import child_program, compile_generation_program
 from coda.reports.build import ReportOptions, build_report
 from coda.reports.data import Rate, lineage, load_report_data
 from coda.memory import (
@@ -173,7 +174,7 @@ def _write_run(run_dir: Path) -> Written:
                 [LearningProgress(failure_mode_id=fm.id, before=0.0, after=0.5, budget_share=0.75)])
 
         # round 2: the mode's child program (lineage), measured again
-        child = child_program(mp, "active", seed=6, budget=4)
+        child = child_program(mp, *next_level(mp.level, "active", 3), seed=6, budget=4)
         with mem.phase(RUN, 2, "compile") as tx:
             p2 = tx.add(GenerationProgram(key="mode0_r2", failure_mode_id=fm.id, parent_id=p1.id, body={
                 "kind": "program", "program": child.program.model_dump(mode="json"), "mode_program": child.body(),

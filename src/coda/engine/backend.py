@@ -16,7 +16,7 @@ every backend; everything that depends on what a scene *is* goes through a `Roun
 | `held_apart` | scenes of a stored generation program run with another seed |
 | `make_critic`, `make_verifier` | the critic and the verifier of the backend's episodes |
 | `verify_many` | the verdicts of a round's diagnoses, in order |
-| `planner` | the planner of a strategy on this backend (CoDA's failure-mode compiler differs per backend) |
+| `plan_template`, `plan_phis` | CoDA's planner: a stage plan over the simulator's roles, Φ of a plan along an episode |
 
 Parallel work: a backend runs its validity checks, train-phase episodes, demos and verification episodes on
 `executor` (`coda.runtime.executor`, the run's: worker processes, or Ray actors) when it has more than one
@@ -259,7 +259,7 @@ class RoundBackend:
         if program is not None and program.get("potential_template") and program["mode"] in accepted:
             try:
                 template = [RoleStage.model_validate(s) for s in program["potential_template"]]
-                pot = StagedPotential(bind_potential(template, spec), spec)
+                pot = StagedPotential(bind_potential(template, spec, self.sim.entity_roles(spec)), spec)
             except CompileError:
                 pot = None  # the mode's stages do not fit this scene: the canonical plan does
         pot = pot or compile_plan(canonical_plan(spec), spec)
@@ -298,8 +298,25 @@ class RoundBackend:
         `runtime.rollout_batch` envs like it, rolled out together)."""
         return PolicySuccess(checkpoint, env, self.cfg.runtime.rollout_batch, self.make_env)
 
-    def planner(self, strategy: str, default: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        return default
+    # -- stage plans of failure modes (CoDA's planner, `coda.engine.curriculum.plan_modes`) -------------
+
+    def plan_template(self, plan: str, spec: Any) -> Any:
+        """A diagnosis's stage plan compiled on its scene and rewritten over roles, so that it carries to
+        other scenes: (StageProgram, tuple[RoleStage, ...]), or the PlanRejected saying why it does not compile."""
+        from coda.engine.compile import plan_template
+
+        return plan_template(plan, spec, self.sim.entity_roles(spec))
+
+    def plan_phis(self, env: Any, spec: Any, plan: str, states: Sequence[Any]) -> list[float]:
+        """Φ along `states` of a diagnosis's stage plan (the scene's canonical plan where it does not compile)."""
+        from coda.shaping.text2potential import PlanRejected, StagedPotential, canonical_plan, try_parse_plan
+
+        prog = try_parse_plan(plan, spec)
+        if isinstance(prog, PlanRejected):
+            prog = try_parse_plan(canonical_plan(spec), spec)
+        if isinstance(prog, PlanRejected):
+            return []
+        return [float(x) for x in StagedPotential(prog, spec).phis(states)]
 
 
 _WORKER: dict[str, Any] = {}  # a backend worker's backend and env (and its verifier, per checkpoint and seed)

@@ -1,20 +1,26 @@
 """CoDA's planner: verified diagnoses → failure modes → generation and training programs, by learning progress.
 
+One planner for every simulator backend; what depends on what a scene is comes from the backend: the mode
+tokens of verified factors (`SimBackend.mode_tokens`), a mode's generation body at a level
+(`SimBackend.mode_program`), a stage plan over its roles (`RoundBackend.plan_template`, `entity_roles`) and Φ
+of a plan along an episode (`RoundBackend.plan_phis`).
+
 1. The round's accepted verdicts are clustered into failure modes (`coda.engine.modes.cluster`, with the run's
-   sentence embedder `policy.text_model`).
-2. The budget is split over the active modes by learning progress (`coda.engine.progress.allocate_budget`);
+   sentence embedder `policy.text_model` and the backend's mode tokens).
+2. The budget is split over the active modes by learning progress (`coda.engine.progress.mode_shares`);
    solved modes retire, the `explore` share probes new random variations; with `engine.max_modes`, only
    that many modes get scenes in a round (never-measured ones first, then by |progress|).
-3. Each mode with a share gets a generation program: a level-0 program around exactly its verified factors
-   when new, else a child of its last program (wider when solved, narrower when stuck, same level when
-   progressing; `coda.engine.compile.child_program`). A mode whose factors cannot be compiled gives its
-   share to exploration; the `explore` source's body lists those modes, their counts and the reason
-   (`uncompiled`).
+3. Each mode with a share gets a generation program: at level 0 around exactly its verified factors when
+   new, else the next of its lineage (`coda.engine.compile.next_level`: wider when solved, narrower when
+   stuck, the same level when progressing, up to the backend's and `engine.max_level`). A mode whose
+   factors cannot be compiled gives its share to exploration; the `explore` source's body lists those
+   modes, their counts and the reason (`uncompiled`).
 4. Each such mode also gets a training program (`compile_training_program`): expert demos in its generated
-   scenes, corrective demos from its failed episodes starting a few steps before Φ last rose
-   (`corrective_start`), its staged potential (the voted stage plan, or the mode's last one when it was not
-   diagnosed this round) and the data weights. A freshly compiled potential is stored as a Potential record,
-   accepted when the verdict of the diagnosis it came from passed the potential check.
+   scenes, corrective demos from its failed episodes starting a few steps before Φ of the diagnosis's plan
+   last rose (`corrective_start`), its staged potential (the role template most of its plans compile to, or
+   the mode's last one when none does this round) and the data weights. A freshly compiled potential is
+   stored as a Potential record, accepted when the verdict of the diagnosis it came from passed the
+   potential check.
 5. A program stuck at level 0 is flagged `rediagnose`: the next round probes held-apart scenes of it first
    (`rediagnosis_probes`), so their failures are diagnosed again and may reveal another cause.
 """
@@ -34,67 +40,65 @@ from coda.scene.spec import ScenarioSpec
 def plan_modes(ev: Evidence) -> Plan:
     """The CoDA plan of one round (see the module docstring)."""
     from coda.critic.diagnosis import Diagnosis
-    from coda.engine.compile import CompileError, ModeProgram, child_program, compile_generation_program
+    from coda.engine.compile import CompileError, next_level
     from coda.engine.modes import Mode, cluster
-    from coda.engine.progress import LearningProgress, allocate_budget, mode_status
+    from coda.engine.progress import LearningProgress, mode_shares, mode_status
     from coda.policy.text import text_encoder_for
 
     ctx, r, budget = ev.ctx, ev.round, ev.budget
-    cfg, mem = ctx.cfg.engine, ctx.memory
+    cfg, mem, backend = ctx.cfg.engine, ctx.memory, ctx.backend
     pairs = [(e, ev.diagnoses[e], ev.verdicts[e]) for e in sorted(ev.verdicts) if isinstance(ev.diagnoses.get(e), Diagnosis)]
     records = {m.key: m for m in mem.list("failure_mode", run_id=ctx.run_id)}
     existing = [Mode.from_record(m) for m in records.values()]
     scenes = {str(p.episode_id): p.spec for p in ev.probes}
     assign = cluster([d for _, d, _ in pairs], [v for _, _, v in pairs], existing,
-                     text_encoder_for(ctx.cfg.policy.text_model), scenes=scenes, threshold=cfg.mode_merge_threshold)
+                     text_encoder_for(ctx.cfg.policy.text_model), vocabulary=backend.sim, scenes=scenes,
+                     threshold=cfg.mode_merge_threshold)
     modes = {**{m.key: m for m in existing}, **assign.modes}
     members: dict[str, list[int]] = {}  # mode key -> indices into pairs
     for i, key in enumerate(assign.mode_of):
         if key is not None:
             members.setdefault(key, []).append(i)
     history: dict[str, list[LearningProgress]] = {k: [] for k in modes}
-    last_program: dict[str, ModeProgram] = {}
+    last_program: dict[str, dict[str, Any]] = {}  # mode key -> body of its last generation program
     for rec in mem.list("generation_program", run_id=ctx.run_id):
         if rec.body.get("mode_program"):
-            last_program[rec.body["mode"]] = ModeProgram.from_body(rec.body["mode_program"])
+            last_program[rec.body["mode"]] = rec.body
     key_of = {m.id: m.key for m in records.values()}
     for lp in mem.list("progress", run_id=ctx.run_id):
         key = key_of[lp.failure_mode_id]
         history[key].append(LearningProgress(mode=key, round=lp.round, before=lp.before, after=lp.after, n=1))
     # Modes neither seen this round nor ever compiled have nothing to generate from.
     active = {k: sorted(v, key=lambda lp: lp.round) for k, v in history.items() if k in members or k in last_program}
-    rng = np.random.default_rng(ev.seed)
-    shares = allocate_budget(active, budget, cfg.exploration_floor, cfg.explore_share, cfg.solved_threshold, rng,
-                             max_modes=cfg.max_modes)
+    shares = mode_shares(active, budget, cfg, np.random.default_rng(ev.seed))
     plan = Plan(sources=[], modes={k: {"description": modes[k].description,
                                        "embedding": modes[k].record_fields()["embedding"]} for k in members})
     explore = shares.pop("explore", 0)
     uncompiled: list[dict[str, Any]] = []  # modes whose program could not be made: their share explores
     corrective_left = corrective_budget(ctx)
+    max_level = min(cfg.max_level, backend.sim.max_level)
     training = _TrainingCompiler(ctx, ev, pairs)
     try:
         for key, count in sorted(shares.items()):
             if count <= 0:
                 continue
+            prog_key = f"mode{len(plan.sources)}_r{r}"
+            parent = last_program.get(key)
             try:
-                if key in last_program:
+                if parent is not None:
                     status = mode_status(active[key], solved_threshold=cfg.solved_threshold,
                                          stuck_rounds=cfg.stuck_rounds, min_progress=cfg.min_progress)
-                    mp = child_program(last_program[key], status, seed=ctx.seed_for("program", r, key),
-                                       budget=count, max_level=cfg.max_level)
+                    level, why, flag = next_level(int(parent["mode_program"]["level"]), status, max_level)
                 else:
-                    examples = [scenes[str(pairs[i][0])] for i in members[key]]
-                    mp = compile_generation_program(modes[key], examples, examples[0].family,
-                                                    ctx.seed_for("program", r, key), count, level=0,
-                                                    reason=f"new failure mode in round {r}")
+                    level, why, flag = 0, f"new failure mode in round {r}", False
+                examples = [scenes[str(pairs[i][0])] for i in members.get(key, [])]
+                body = backend.sim.mode_program(key, examples, level=level, parent=parent, seed=ctx.seed_for("program", r, key),
+                                                count=count, name=prog_key, reason=why, rediagnose=flag)
             except CompileError as e:
                 explore += count  # the budget is not lost: it probes new variations instead
                 uncompiled.append({"mode": key, "count": count, "error": str(e).splitlines()[0][:300]})
                 continue
-            prog_key = f"mode{len(plan.sources)}_r{r}"
-            plan.sources.append((prog_key, {
-                "kind": "program", "program": mp.program.model_dump(mode="json"), "mode_program": mp.body(),
-                "mode": key, "count": count, "mode_description": modes[key].description}))
+            plan.sources.append((prog_key, {**body, "mode": key, "count": count, "mode_description": modes[key].description}))
             chosen = members.get(key, [])[:corrective_left]
             corrective_left -= len(chosen)
             body, potential = training.compile(key, chosen, prog_key, count)
@@ -126,17 +130,11 @@ class _TrainingCompiler:
     def _phis(self, eid: int, plan_text: str) -> list[float]:
         """Φ of the diagnosis' stage plan (the canonical plan if it does not compile) along the failed episode."""
         from coda.engine.round import replay_states
-        from coda.shaping.text2potential import PlanRejected, StagedPotential, canonical_plan, try_parse_plan
 
         p = self.probes[eid]
-        prog = try_parse_plan(plan_text, p.spec)
-        if isinstance(prog, PlanRejected):
-            prog = try_parse_plan(canonical_plan(p.spec), p.spec)
-        if isinstance(prog, PlanRejected):
-            return []
         if self._env is None:
             self._env = self.ctx.backend.make_env()
-        return [float(x) for x in StagedPotential(prog, p.spec).phis(replay_states(self._env, p.spec, p.actions))]
+        return self.ctx.backend.plan_phis(self._env, p.spec, plan_text, replay_states(self._env, p.spec, p.actions))
 
     def compile(self, mode: str, chosen: list[int], program_key: str, count: int
                 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -151,9 +149,11 @@ class _TrainingCompiler:
                   for i in chosen}
         try:
             body = compile_training_program(mode, diags, program_key, scenes={str(p): s.spec for p, s in self.probes.items()},
-                                            expert_demos=count, weights=weights, start_steps=starts)
+                                            expert_demos=count, weights=weights, start_steps=starts,
+                                            template_of=self.ctx.backend.plan_template)
         except CompileError:  # diagnoses that cannot be used (no episode): demos and the mode's last potential
-            body = compile_training_program(mode, (), program_key, scenes={}, expert_demos=count, weights=weights)
+            body = compile_training_program(mode, (), program_key, scenes={}, expert_demos=count, weights=weights,
+                                            template_of=self.ctx.backend.plan_template)
         if body.get("potential") is None:
             return self._carry_potential(mode, body), None
         v = verdict_of.get(str(body["potential_episode"]))

@@ -1,12 +1,13 @@
 """Text2potential in LIBERO rounds: a failure mode's staged potential from its diagnoses' stage plans.
 
 The privileged LIBERO critic writes each diagnosis's stage plan in words ("1. reach the alphabet soup 2. grasp
-the alphabet soup ... 5. place the alphabet soup in the basket"). For a failure mode, `mode_potential` parses
-the plan of every verified diagnosis of the round against its scenario's entities
-(`coda.critic.libero.libero_entities`), rewrites the stages over roles — `target` (the object the BDDL goal
-moves), `destination` (what it goes in / on), any other entity by its name — and keeps the template most
-plans compile to (ties: the earliest diagnosis), as the tabletop's `compile_training_program` does. The
-template travels in the mode's training program; `LiberoBackend.phis` binds it to each generated scene
+the alphabet soup ... 5. place the alphabet soup in the basket"). `plan_template` parses a verified
+diagnosis's plan against its scenario's entities (`coda.critic.libero.libero_entities`) and rewrites the
+stages over roles — `target` (the object the BDDL goal moves), `destination` (what it goes in / on), any
+other entity by its name; CoDA's planner (`coda.engine.compile.compile_training_program`, through
+`LiberoBackend.plan_template`) keeps the template most of a mode's plans compile to (ties: the earliest
+diagnosis), as on the tabletop. `plan_phis` gives Φ of a plan along a failed episode, where corrective
+labels start. The template travels in the mode's training program; `LiberoBackend.phis` binds it to each generated scene
 (`bind_libero_template`) and evaluates it over LIBERO's predicates, falling back on the goal's canonical stage
 program when the mode's potential was not accepted or does not fit the scene. A mode's potential is accepted
 when the verdict of the diagnosis it came from passed the potential check (the plan compiles on the failed
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coda.critic.libero import libero_entities
+from coda.critic.libero import libero_entities, libero_potential
 from coda.engine.compile import CompileError, RoleStage
 from coda.shaping.program import ProgramError, Stage, StageProgram
 from coda.shaping.text2potential import PlanRejected, StagedPotential, try_parse_plan
@@ -82,42 +83,31 @@ def mode_phis(program: Mapping[str, Any] | None, accepted: set[str], scenario: L
         return None
 
 
-def mode_potential(members: Sequence[int], diagnoses: Mapping[int, Any], verdicts: Mapping[int, Any],
-                   scenes: Mapping[int, LiberoScenario]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """A failure mode's potential from its verified diagnoses (episode ids `members`, in order): the training
-    program fields (`potential`, `potential_template`, `potential_plan`, `potential_episode`,
-    `potential_votes`, `plans_compiled`, `potential_reason`) and the Potential record to store
-    (`{"stage_program", "accepted", "reason"}`), None when no plan compiles."""
-    votes: dict[tuple[RoleStage, ...], list[int]] = {}
-    compiled: dict[int, StageProgram] = {}
-    rejected: list[str] = []
-    for eid in members:
-        d, spec = diagnoses[eid], scenes[eid]
-        try:
-            prog = try_parse_plan(d.stage_plan, libero_entities(spec))
-            if not isinstance(prog, PlanRejected):
-                votes.setdefault(libero_role_template(prog, spec), []).append(eid)
-                compiled[eid] = prog
-                continue
-            rejected.append(f"episode {eid}: {prog.reason}")
-        except LiberoError as e:
-            rejected.append(f"episode {eid}: {e}")
-    fields: dict[str, Any] = {"potential": None, "potential_template": None, "potential_plan": None,
-                              "potential_episode": None, "potential_votes": 0, "plans_compiled": len(compiled)}
-    if not votes:
-        fields["potential_reason"] = ("no diagnosis given" if not members else
-                                      f"no stage plan compiles ({len(rejected)} rejected; first: {rejected[0]})")
-        return fields, None
-    template, chosen = max(votes.items(), key=lambda kv: (len(kv[1]), -members.index(kv[1][0])))
-    src = chosen[0]
-    check = next((c for c in verdicts[src].checks if c.name == "potential"), None)
-    accepted = check is not None and check.status == "passed"
-    fields.update(potential=compiled[src].model_dump(mode="json"),
-                  potential_template=[s.model_dump(mode="json") for s in template],
-                  potential_plan=diagnoses[src].stage_plan, potential_episode=src, potential_votes=len(chosen),
-                  potential_reason="")
-    reason = None if accepted else (check.reason if check is not None else "the potential check did not run")
-    return fields, {"stage_program": fields["potential"], "accepted": accepted, "reason": reason}
+def plan_template(plan: str, scenario: LiberoScenario) -> tuple[StageProgram, tuple[RoleStage, ...]] | PlanRejected:
+    """A diagnosis's stage plan compiled over the scenario's entities, with its role template
+    (`libero_role_template`); PlanRejected when it does not compile or the goal is not one `in` / `on`."""
+    try:
+        prog = try_parse_plan(plan, libero_entities(scenario))
+        return prog if isinstance(prog, PlanRejected) else (prog, libero_role_template(prog, scenario))
+    except LiberoError as e:
+        return PlanRejected(text=plan, reason=str(e))
 
 
-__all__ = ["GOAL_ROLES", "bind_libero_template", "libero_role_template", "mode_phis", "mode_potential"]
+def plan_phis(plan: str, scenario: LiberoScenario, states: Sequence[Any]) -> list[float]:
+    """Φ along `states` of a stage plan over LIBERO's predicates (the table top read from the first state);
+    the goal's canonical stage program (`coda.critic.libero.libero_potential`) where the plan does not compile."""
+    if not states:
+        return []
+    try:
+        entities = libero_entities(scenario, states[0])
+        kinds = dict(entities.kinds)
+        prog = try_parse_plan(plan, entities)
+        if not isinstance(prog, PlanRejected):
+            pot = StagedPotential(prog, None, libero_predicates(states[0], scenario), kinds=kinds)
+            return [float(x) for x in pot.phis(states)]
+    except (LiberoError, ProgramError):
+        pass
+    return [float(x) for x in libero_potential(states[0], scenario).phis(states)]
+
+
+__all__ = ["GOAL_ROLES", "bind_libero_template", "libero_role_template", "mode_phis", "plan_phis", "plan_template"]

@@ -9,20 +9,10 @@ sorted and joined with ``+``::
     slip_during_transport|object:size=small+physics:friction=low
     imprecise_placement|position@goal:far_right
 
-Factor tokens are ``kind[@role]:value`` and carry over between scenes (entities are named by their role,
-the convention of `coda.critic.verify.factor_ops`: ``target`` is the object the goal moves — or the drawer —,
-``goal`` its destination, ``alt`` a container or region outside the goal, ``other`` any other entity; the
-role is left out when it is ``target``):
-
-| factor kind              | token                                  | from the factor's value                     |
-| ------------------------ | -------------------------------------- | ------------------------------------------- |
-| position, region         | ``position[@role]:<region>``           | a region name; ``x,y`` maps to its grid cell |
-| position (gripper start) | ``position:robot_start``               | ``robot_start``                             |
-| instruction              | ``instruction``                        | (the phrase varies per scene; not kept)     |
-| task                     | ``task``                               | (the requested target varies per scene)     |
-| object_attribute         | ``object[@role]:<attr>=<word>``        | ``color=red``, ``size=small``, ``shape=...`` |
-| distractor               | ``distractor``                         | (the distractor varies per scene)           |
-| physics                  | ``physics:<name>=low|high``, ``physics:damping`` | ``friction_scale=0.4`` → low (< 1)   |
+Factor tokens are ``kind[@role][:value]`` and carry over between scenes. Which tokens a factor becomes is the
+simulator's vocabulary (`Vocabulary`: `SimBackend.mode_tokens` and `check_token`; the tabletop's in
+`coda.sim.tabletop.tokens`, LIBERO's roles of the BDDL goal in `coda.sim.libero.factors`); this module
+knows only the key's grammar.
 
 Diagnoses without verified factors key on the failure mode alone (``no_progress``).
 
@@ -50,17 +40,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from coda.critic.diagnosis import FAILURE_MODES, Diagnosis, SceneFactor
 from coda.critic.verify import Verdict
 from coda.errors import CodaError
-from coda.scene.regions import REGIONS, grid_region_of
-from coda.scene.spec import ScenarioSpec, entity_kinds
-from coda.sim.tabletop.factors import role_of
+from coda.scene.factors import FactorError
 
 KEY_MAX = 256  # the memory's key column width
-ROLES = ("target", "goal", "alt", "other")
-TOKEN_KINDS = ("position", "object", "instruction", "task", "distractor", "physics")
-OBJECT_ATTRS = ("color", "size", "shape")
-PHYSICS_NAMES = ("friction", "mass", "damping")
-_TOKEN = re.compile(r"^(?P<kind>[a-z_]+)(?:@(?P<role>[a-z_]+))?(?::(?P<value>[a-z0-9_.=-]+))?$")
-_WORD = re.compile(r"[^a-z0-9_.-]+")
+_TOKEN = re.compile(r"^[a-z_]+(?:@[a-z_]+)?(?::[a-z0-9_.=-]+)?$")
 
 
 class ModeError(CodaError, ValueError):
@@ -73,126 +56,24 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
-# ---- roles and tokens (an entity's role: coda.critic.verify.role_of) ------------------------------------------
+class Vocabulary(Protocol):
+    """A simulator's mode tokens (`coda.sim.backends.SimBackend` fits)."""
+
+    def mode_tokens(self, factors: Sequence[SceneFactor], spec: Any, where: str = "factors") -> tuple[str, ...]: ...
+
+    def check_token(self, token: str, where: str = "token") -> None: ...
 
 
-def entity_for_role(role: str, spec: ScenarioSpec) -> str | None:
-    """An entity of `spec` with that role (the first in scene order), or None when the scene has none."""
-    if role not in ROLES:
-        raise ModeError(f"role = {role!r} is not one of {list(ROLES)}")
-    names = list(entity_kinds(spec))  # scene order: objects, containers, drawers, regions
-    return next((n for n in names if role_of(n, spec) == role), None)
-
-
-def _word(text: str) -> str:
-    return _WORD.sub("_", text.strip().lower()).strip("_")
-
-
-def _physics_token(value: str, where: str) -> str:
-    name, _, num = value.partition("=")
-    key = _word(name).removesuffix("_scale")
-    if key not in PHYSICS_NAMES:
-        raise ModeError(f"{where}.value = {value!r}: physics factor must name one of {list(PHYSICS_NAMES)}")
-    if key == "damping":
-        return "physics:damping"
-    try:
-        v: float | None = float(num.strip())
-    except ValueError:
-        v = None
-    # without a number, the direction factor_ops assumes: low friction, heavy objects
-    direction = ("low" if key == "friction" else "high") if v is None or v <= 0 else ("low" if v < 1.0 else "high")
-    return f"physics:{key}={direction}"
-
-
-def factor_token(factor: SceneFactor, spec: ScenarioSpec | None = None, where: str = "factor") -> str:
-    """The scene-independent token of a factor (see the module docstring).
-
-    Args:
-        factor: the factor.
-        spec: the scene the factor was diagnosed in; needed when the factor names an entity whose role
-            matters (position, object_attribute).
-        where: how error messages name the factor, e.g. ``verdicts[2].verified_factors[0]``.
-
-    Raises:
-        ModeError: a value the operators cannot express, or an entity without its scene.
-    """
-
-    def role() -> str:
-        if factor.entity is None:
-            return ""
-        if spec is None:
-            raise ModeError(f"{where}.entity = {factor.entity!r}: no scene given for its episode to resolve its role")
-        if factor.entity not in entity_kinds(spec):
-            raise ModeError(f"{where}.entity = {factor.entity!r} is not an entity of the episode's scene")
-        r = role_of(factor.entity, spec)
-        return "" if r == "target" else f"@{r}"
-
-    if factor.kind in ("position", "region"):
-        value = factor.value.strip().lower()
-        if value == "robot_start":
-            return "position:robot_start"
-        if value not in REGIONS:
-            try:
-                x, y = (float(p) for p in value.split(","))
-            except ValueError:
-                raise ModeError(
-                    f"{where}.value = {factor.value!r} is neither a region name ({sorted(REGIONS)}) nor 'x,y' in metres"
-                ) from None
-            value = grid_region_of(x, y)
-        return f"position{role()}:{value}"
-    if factor.kind == "instruction":
-        return "instruction"
-    if factor.kind == "task":
-        return "task"
-    if factor.kind == "distractor":
-        return "distractor"
-    if factor.kind == "object_attribute":
-        attr, _, val = factor.value.partition("=")
-        attr = {"colour": "color"}.get(_word(attr), _word(attr))
-        if attr not in OBJECT_ATTRS or not _word(val):
-            raise ModeError(f"{where}.value = {factor.value!r} must be attribute=word with attribute in {list(OBJECT_ATTRS)}")
-        return f"object{role()}:{attr}={_word(val)}"
-    return _physics_token(factor.value, where)
-
-
-def mode_key(failure_mode: str, tokens: Sequence[str]) -> str:
+def mode_key(failure_mode: str, tokens: Sequence[str], vocabulary: Vocabulary | None = None) -> str:
     """The canonical key: `failure_mode|token+token` (tokens sorted, unique), or the failure mode alone.
 
     Raises:
-        ModeError: unknown failure mode, malformed token, or a key longer than the memory column.
+        ModeError: unknown failure mode, malformed token (or one `vocabulary` does not know), or a key longer
+            than the memory column.
     """
     key = failure_mode + ("|" + "+".join(sorted(set(tokens))) if tokens else "")
-    parse_mode_key(key)
+    parse_mode_key(key, vocabulary=vocabulary)
     return key
-
-
-def _check_token(token: str, where: str) -> None:
-    m = _TOKEN.match(token)
-    if not m:
-        raise ModeError(f"{where} token {token!r} is not kind[@role][:value]")
-    kind, role, value = m.group("kind"), m.group("role"), m.group("value")
-    if kind not in TOKEN_KINDS:
-        raise ModeError(f"{where} token {token!r}: kind {kind!r} is not one of {list(TOKEN_KINDS)}")
-    if role is not None and (role not in ROLES or role == "target" or kind not in ("position", "object")):
-        raise ModeError(f"{where} token {token!r}: role {role!r} must be one of {list(ROLES[1:])} on position/object")
-    if kind in ("instruction", "task", "distractor"):
-        if value is not None:
-            raise ModeError(f"{where} token {token!r}: '{kind}' takes no value")
-        return
-    if value is None:
-        if kind == "physics":
-            raise ModeError(f"{where} token {token!r}: physics needs a value (friction=low, mass=high, damping)")
-        raise ModeError(f"{where} token {token!r}: '{kind}' needs a value")
-    if kind == "position" and value not in REGIONS and value != "robot_start":
-        raise ModeError(f"{where} token {token!r}: region {value!r} is not one of {sorted(REGIONS)} or robot_start")
-    if kind == "object":
-        attr, eq, word = value.partition("=")
-        if attr not in OBJECT_ATTRS or not eq or not word:
-            raise ModeError(f"{where} token {token!r}: object value must be attribute=word, attribute in {list(OBJECT_ATTRS)}")
-    if kind == "physics" and value != "damping":
-        name, _, direction = value.partition("=")
-        if name not in ("friction", "mass") or direction not in ("low", "high"):
-            raise ModeError(f"{where} token {token!r}: physics value must be friction|mass=low|high or damping")
 
 
 def factor_kinds(key: str) -> frozenset[str]:
@@ -202,8 +83,9 @@ def factor_kinds(key: str) -> frozenset[str]:
     return frozenset(t.split(":")[0].split("@")[0] for t in tokens.split("+") if t)
 
 
-def parse_mode_key(key: str, where: str = "mode") -> tuple[str, tuple[str, ...]]:
-    """(failure mode, factor tokens) of a mode key; validates every part.
+def parse_mode_key(key: str, where: str = "mode", vocabulary: Vocabulary | None = None) -> tuple[str, tuple[str, ...]]:
+    """(failure mode, factor tokens) of a mode key; validates its grammar and, given a simulator's
+    `vocabulary`, that every token is one of its tokens.
 
     Raises:
         ModeError: naming `where` and the key, e.g. `mode = 'bogus|x': failure mode 'bogus' is unknown`.
@@ -219,7 +101,13 @@ def parse_mode_key(key: str, where: str = "mode") -> tuple[str, tuple[str, ...]]
         raise ModeError(f"{where} = {key!r}: '|' must be followed by factor tokens")
     tokens = tuple(rest.split("+")) if rest else ()
     for t in tokens:
-        _check_token(t, f"{where} = {key!r}:")
+        if not _TOKEN.match(t):
+            raise ModeError(f"{where} = {key!r}: token {t!r} is not kind[@role][:value]")
+        if vocabulary is not None:
+            try:
+                vocabulary.check_token(t, f"{where} = {key!r}:")
+            except FactorError as e:
+                raise ModeError(str(e)) from None
     if list(tokens) != sorted(set(tokens)):
         raise ModeError(f"{where} = {key!r}: factor tokens must be unique and sorted ({sorted(set(tokens))})")
     return failure_mode, tokens
@@ -288,10 +176,14 @@ class ModeAssignment(BaseModel):
         return [i for i, k in enumerate(self.mode_of) if k == key]
 
 
-def diagnosis_key(d: Diagnosis, v: Verdict, spec: ScenarioSpec | None = None, where: str = "diagnosis") -> str:
-    """The mode key of one verified diagnosis: its failure mode + its verdict's verified factor tokens."""
-    tokens = [factor_token(f, spec, f"{where}.verified_factors[{j}]") for j, f in enumerate(v.verified_factors)]
-    return mode_key(d.failure_mode, tokens)
+def diagnosis_key(d: Diagnosis, v: Verdict, spec: Any, vocabulary: Vocabulary, where: str = "diagnosis") -> str:
+    """The mode key of one verified diagnosis: its failure mode + the simulator's tokens of its verdict's
+    verified factors in `spec`, the episode's scene (None when unknown)."""
+    try:
+        tokens = vocabulary.mode_tokens(v.verified_factors, spec, f"{where}.verified_factors")
+    except FactorError as e:
+        raise ModeError(str(e)) from None
+    return mode_key(d.failure_mode, tokens, vocabulary)
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -305,7 +197,8 @@ def cluster(
     existing_modes: Sequence[Mode],
     encoder: Encoder,
     *,
-    scenes: Mapping[str, ScenarioSpec] | None = None,
+    vocabulary: Vocabulary,
+    scenes: Mapping[str, Any] | None = None,
     threshold: float = 0.8,
 ) -> ModeAssignment:
     """Group verified diagnoses into failure modes (see the module docstring).
@@ -315,6 +208,7 @@ def cluster(
         verdicts: their verdicts, in the same order; diagnoses whose verdict is not accepted are skipped.
         existing_modes: modes already in memory (`Mode.from_record`).
         encoder: sentence embedder for the explanations (MiniLM in runs; any `encode(texts) -> (N, D)`).
+        vocabulary: the simulator's mode tokens (`SimBackend.mode_tokens`, `check_token`).
         scenes: episode id -> scene, to resolve the roles of implicated entities.
         threshold: cosine similarity at or above which a group joins a mode of the same failure mode
             under another key (EngineConfig.mode_merge_threshold).
@@ -335,7 +229,7 @@ def cluster(
         if m.key in known:
             raise ModeError(f"existing_modes[{i}].key = {m.key!r} appears twice")
         known[m.key] = m
-    raw, skipped = _raw_keys(diagnoses, verdicts, scenes or {})
+    raw, skipped = _raw_keys(diagnoses, verdicts, scenes or {}, vocabulary)
     groups: dict[str, list[int]] = {}
     for i, k in enumerate(raw):
         if k is not None:
@@ -375,8 +269,8 @@ def cluster(
                           new=tuple(sorted(founded)), similarity=similarity)
 
 
-def _raw_keys(diagnoses: Sequence[Diagnosis], verdicts: Sequence[Verdict],
-              scenes: Mapping[str, ScenarioSpec]) -> tuple[list[str | None], dict[int, str]]:
+def _raw_keys(diagnoses: Sequence[Diagnosis], verdicts: Sequence[Verdict], scenes: Mapping[str, Any],
+              vocabulary: Vocabulary) -> tuple[list[str | None], dict[int, str]]:
     """Per diagnosis, its own mode key (None when its verdict was not accepted), and why each skipped one was."""
     raw: list[str | None] = [None] * len(diagnoses)
     skipped: dict[int, str] = {}
@@ -391,7 +285,7 @@ def _raw_keys(diagnoses: Sequence[Diagnosis], verdicts: Sequence[Verdict],
         if v.failure_mode != d.failure_mode:
             raise ModeError(f"verdicts[{i}].failure_mode = {v.failure_mode!r} differs from diagnoses[{i}].failure_mode = {d.failure_mode!r}")
         spec = scenes.get(d.episode_id) if d.episode_id is not None else None
-        raw[i] = diagnosis_key(d, v, spec, f"verdicts[{i}]")
+        raw[i] = diagnosis_key(d, v, spec, vocabulary, f"verdicts[{i}]")
     return raw, skipped
 
 
@@ -435,11 +329,10 @@ __all__ = [
     "Mode",
     "ModeAssignment",
     "ModeError",
+    "Vocabulary",
     "cluster",
     "diagnosis_key",
-    "entity_for_role",
-    "factor_token",
+    "factor_kinds",
     "mode_key",
     "parse_mode_key",
-    "role_of",
 ]

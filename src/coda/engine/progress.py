@@ -8,7 +8,7 @@ proportional to |progress| — a drop (forgetting) is as informative as a gain.
 **Status** (`mode_status`): ``solved`` once the latest success after training reaches `solved_threshold`;
 ``stuck`` when each of the last `stuck_rounds` rounds gained less than `min_progress`; else ``active``.
 
-**Budget** (`allocate_budget`): solved modes retire (0 scenes). An ``explore`` share of the budget probes
+**Budget** (`allocate_budget`; `mode_shares` with the run's settings): solved modes retire (0 scenes). An ``explore`` share of the budget probes
 new random variations (all of it when no mode is active). The rest, R, goes to the active modes: each gets
 `exploration_floor` × R, and the remaining (1 − n × floor) × R is split in proportion to |progress| of each
 mode's latest round. Modes without history get only the floor — unless no mode has history (or every
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -215,12 +215,25 @@ def allocate_budget(
     return largest_remainder(quotas, budget, rng)
 
 
+def mode_shares(active: Mapping[str, Sequence[LearningProgress]], budget: int, cfg: Any,
+                rng: np.random.Generator) -> dict[str, int]:
+    """A round's budget split by `allocate_budget` with the run's engine settings (`cfg`: exploration_floor,
+    explore_share, solved_threshold, max_modes); with more unsolved modes than `1 / exploration_floor` (of those
+    that get scenes), each is guaranteed an equal share of the modes' part instead of the floor."""
+    unsolved = sum(1 for v in active.values() if not (v and v[-1].after >= cfg.solved_threshold))
+    if cfg.max_modes:
+        unsolved = min(unsolved, cfg.max_modes)
+    floor = min(cfg.exploration_floor, 1.0 / unsolved) if unsolved else cfg.exploration_floor
+    return allocate_budget(active, budget, floor, cfg.explore_share, cfg.solved_threshold, rng, max_modes=cfg.max_modes)
+
+
 __all__ = [
     "EXPLORE",
     "LearningProgress",
     "ProgressError",
     "Status",
     "allocate_budget",
+    "mode_shares",
     "choose_modes",
     "largest_remainder",
     "mode_status",

@@ -309,7 +309,7 @@ def phase_compile(ctx: RunContext, r: int, strategy: Strategy, probes: Sequence[
     if ctx.pending(r, "compile"):
         assert strategy.plan is not None
         ev = Evidence(ctx, r, probes, diagnoses, verdicts, budget, ctx.seed_for("generate", r))
-        plan = ctx.backend.planner(strategy.name, strategy.plan)(ev)
+        plan = strategy.plan(ev)
         keys = [k for k, _ in plan.sources]
         if len(set(keys)) != len(keys) or FILL_KEY in keys:
             raise StrategyError(f"strategy '{strategy.name}' planned source keys {keys}; they must be distinct "

@@ -236,7 +236,7 @@ def load_report_data(memory: Any, run_id: str, *, max_eval_failures: int = 4) ->
     for r, ph in phases:
         by_round.setdefault(r, []).append(ph)
     success, probe, eval_failures = _episode_tables(rec["episode"], scenarios, max_eval_failures)
-    diag_counts, mode_counts, cards = _diagnosis_tables(rec, scenarios, notes)
+    diag_counts, mode_counts, cards = _diagnosis_tables(rec, scenarios, notes, _sim_of(run.config or {}, notes))
     progs, generated, budget = _program_tables(rec["generation_program"], rec["scenario"])
     fm_progress: dict[int, dict[int, tuple[float, float, float]]] = {}
     for lp in rec["progress"]:
@@ -289,7 +289,20 @@ def _episode_tables(episodes: Sequence[Any], scenarios: dict[int, Any], max_eval
     return success, probe, eval_failures
 
 
-def _diagnosis_tables(rec: dict[str, list[Any]], scenarios: dict[int, Any], notes: list[str]) -> tuple[
+def _sim_of(config: dict[str, Any], notes: list[str]) -> Any:
+    """The run's simulator backend (its mode tokens key the verified diagnoses), None when not installed."""
+    from coda.errors import CodaError
+    from coda.sim.backends import sim_backend
+
+    name = (config.get("sim") or {}).get("backend") or None
+    try:
+        return sim_backend(name)
+    except (CodaError, KeyError, ImportError) as e:
+        notes.append(f"sim backend {name!r} is not available here ({str(e)[:120]}): diagnoses are not keyed by mode")
+        return None
+
+
+def _diagnosis_tables(rec: dict[str, list[Any]], scenarios: dict[int, Any], notes: list[str], sim: Any) -> tuple[
         dict[int, dict[str, dict[str, int]]], dict[str, dict[int, int]], list[FailureCard]]:
     """Diagnosis counts (round -> failure mode -> outcome -> n), verified diagnoses per mode key and round, and
     a card per diagnosis; a diagnosis whose episode is missing is counted and noted in `notes`, without a card."""
@@ -315,7 +328,7 @@ def _diagnosis_tables(rec: dict[str, list[Any]], scenarios: dict[int, Any], note
         if ep is None:
             notes.append(f"diagnosis {d.id} names episode {d.episode_id}, which is not in memory")
             continue
-        key = _mode_key(data, vjson, scenarios.get(ep.scenario_id)) if vd is not None and vd.passed else None
+        key = _mode_key(data, vjson, scenarios.get(ep.scenario_id), sim) if vd is not None and vd.passed and sim else None
         if key is not None:
             per_round = mode_counts.setdefault(key, {})
             per_round[d.round] = per_round.get(d.round, 0) + 1
@@ -363,21 +376,20 @@ def round_robin(groups: Sequence[Sequence[T]], n: int) -> list[T]:
     return out
 
 
-def _mode_key(diagnosis: dict[str, Any], verdict: dict[str, Any] | None, scenario: Any) -> str | None:
-    """The mode key the engine files a verified diagnosis under (before merging near-identical explanations);
-    None when the stored JSON no longer parses."""
+def _mode_key(diagnosis: dict[str, Any], verdict: dict[str, Any] | None, scenario: Any, sim: Any) -> str | None:
+    """The mode key the engine files a verified diagnosis under (before merging near-identical explanations),
+    from the simulator's mode tokens; None when the stored JSON no longer parses."""
     from pydantic import ValidationError
 
     from coda.critic.diagnosis import Diagnosis
     from coda.critic.verify import Verdict
     from coda.engine.modes import diagnosis_key
     from coda.errors import CodaError
-    from coda.scene.spec import ScenarioSpec
 
     try:
-        spec = ScenarioSpec.from_dict(scenario.spec) if scenario is not None else None
-        return diagnosis_key(Diagnosis.model_validate(diagnosis), Verdict.model_validate(verdict or {}), spec)
-    except (CodaError, ValidationError, ValueError):
+        spec = sim.scenario_from_dict(scenario.spec) if scenario is not None else None
+        return diagnosis_key(Diagnosis.model_validate(diagnosis), Verdict.model_validate(verdict or {}), spec, sim)
+    except (CodaError, ValidationError, ValueError, KeyError, TypeError):
         return None
 
 

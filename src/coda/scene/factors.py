@@ -34,6 +34,11 @@ class FactorError(CodaError, ValueError):
     """A scene factor that a simulator cannot express, apply or undo; the message names the factor and why."""
 
 
+class CompileError(CodaError, ValueError):
+    """A failure mode cannot be compiled into a program, or a program body is invalid; the message names the
+    field (raised by a simulator's `mode_program` and by the engine's compiler alike)."""
+
+
 class SceneFactor(BaseModel):
     """A scene factor a diagnosis implicates (see FACTOR_KINDS)."""
 
@@ -45,4 +50,4 @@ class SceneFactor(BaseModel):
     detail: str = Field(max_length=MAX_DETAIL)  # why this factor matters, one sentence
 
 
-__all__ = ["FACTOR_KINDS", "MAX_DETAIL", "FactorError", "FactorKind", "SceneFactor"]
+__all__ = ["FACTOR_KINDS", "MAX_DETAIL", "CompileError", "FactorError", "FactorKind", "SceneFactor"]

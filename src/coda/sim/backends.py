@@ -16,6 +16,9 @@ A backend is an object with:
 | `predicates` | the predicate functions a scene's staged potentials bind to (Text2potential's stages) |
 | `wordings`, `goal_labels` | other instructions for a scene's goal (paraphrase training), and the scene rows its goal names with its number (grounding labels) |
 | `factor_edits`, `same_task` | the factor vocabulary: a diagnosis's implicated factors as the simulator's scene edits (`FactorEdit`: applied to another scene of the same task, undone in the failed one), the verifier's single-factor tests |
+| `mode_tokens`, `check_token` | verified factors as the tokens of a failure mode's key (`kind[@role][:value]`), which carry over between scenes |
+| `mode_program`, `max_level` | a failure mode's generation program: the body of a candidate stream that reproduces its factors at a level (0: exactly them, up to `max_level`: wider) |
+| `entity_roles` | each entity's role in a scene (what the goal moves, where it goes, ...): how a staged potential compiled on one scene carries to another |
 
 `scenario_record(data)` reads any backend's stored scene back as a scene of its backend (the record's
 `backend` field, which other backends' `to_dict` writes; the default backend's without one).
@@ -71,6 +74,7 @@ class SimBackend(Protocol):
 
     name: str
     eval_splits: tuple[str, ...]  # the evaluation splits of every family, in-distribution first
+    max_level: int  # the widest level of a failure mode's generation program (`mode_program`)
 
     def scenario_from_dict(self, data: dict[str, Any]) -> Any:
         """A stored scene record (`to_dict()`) back as a scene."""
@@ -130,12 +134,37 @@ class SimBackend(Protocol):
         """Whether `base` is another scene of `spec`'s task, one a factor of `spec` can be applied to."""
         ...
 
+    def mode_tokens(self, factors: Sequence["SceneFactor"], spec: Any, where: str = "factors") -> tuple[str, ...]:
+        """The failure-mode tokens (`kind[@role][:value]`, sorted, unique) of a diagnosis's verified `factors`
+        in `spec`, the failed scene (None when unknown): what carries over to other scenes of the factor.
+        Raises FactorError naming `where[j]` for a factor the backend cannot key."""
+        ...
+
+    def check_token(self, token: str, where: str = "token") -> None:
+        """Raise FactorError (naming `where` and the token) when `token` is not one of the backend's."""
+        ...
+
+    def entity_roles(self, spec: Any) -> dict[str, str]:
+        """Entity name → role in `spec` (`target`: what the goal moves, ...), in scene order: how a stage plan
+        over one scene's entities carries to another's. Entities without a role are left out."""
+        ...
+
+    def mode_program(self, mode: str, examples: Sequence[Any], *, level: int, parent: dict[str, Any] | None,
+                     seed: int, count: int, name: str, reason: str, rediagnose: bool = False) -> dict[str, Any]:
+        """The generation body of a program that reproduces failure mode `mode`'s factors at `level` (0: exactly
+        them; up to `max_level`, wider): around `examples`, the scenes it was diagnosed in, or as the next
+        program after `parent` (its last program's body). The body has the `kind` its candidate stream reads
+        and `mode_program` (level, parent: the parent's name, reason, rediagnose); `name` is its record key.
+        Raises CompileError (`coda.scene.factors`) when the mode's factors cannot be made into scenes."""
+        ...
+
 
 class TabletopBackend:
     """CoDA's own MuJoCo tabletop (`coda.sim.tabletop`): its env already acts in 5-D targets."""
 
     name = "tabletop"
     eval_splits: tuple[str, ...] = SPLITS
+    max_level = 6  # coda.sim.tabletop.programs.MAX_LEVEL
 
     def build_split(self, family: str, name: str, split: str, n: int, seed: int,
                     check_many: CheckMany | None = None) -> tuple[list[Any], list[tuple[Any, str]]]:
@@ -205,6 +234,33 @@ class TabletopBackend:
         """A tabletop task is its family: a base scene of the same family (the failed scene itself too, which
         the policy does not solve, so it is never a base)."""
         return getattr(base, "family", None) == spec.family
+
+    def mode_tokens(self, factors: Sequence["SceneFactor"], spec: Any, where: str = "factors") -> tuple[str, ...]:
+        """Tokens by role, region, attribute or physics direction (`coda.sim.tabletop.tokens`)."""
+        from coda.sim.tabletop.tokens import mode_tokens
+
+        return mode_tokens(factors, spec, where)
+
+    def check_token(self, token: str, where: str = "token") -> None:
+        from coda.sim.tabletop.tokens import check_token
+
+        check_token(token, where)
+
+    def entity_roles(self, spec: Any) -> dict[str, str]:
+        """Every entity's role: target, goal, alt or other (`coda.sim.tabletop.factors.role_of`)."""
+        from coda.scene.spec import entity_kinds
+        from coda.sim.tabletop.factors import role_of
+
+        return {n: role_of(n, spec) for n in entity_kinds(spec)}
+
+    def mode_program(self, mode: str, examples: Sequence[Any], *, level: int, parent: dict[str, Any] | None,
+                     seed: int, count: int, name: str, reason: str, rediagnose: bool = False) -> dict[str, Any]:
+        """A scene program in the family's training distribution that applies the mode's factors, widened by
+        level (`coda.sim.tabletop.programs`); named by mode, family, level and seed, not by `name`."""
+        from coda.sim.tabletop.programs import mode_body
+
+        return mode_body(mode, examples, level=level, parent=parent, seed=seed, count=count, reason=reason,
+                         rediagnose=rediagnose)
 
 
 BACKENDS: Registry[SimBackend] = Registry("sim backend", entry_points="coda.sim_backends")

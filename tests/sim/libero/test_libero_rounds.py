@@ -15,7 +15,7 @@ from coda.config import build_config  # noqa: E402
 from coda.critic.diagnosis import Diagnosis, SceneFactor  # noqa: E402
 from coda.critic.verify import CheckResult, Verdict  # noqa: E402
 from coda.engine.backend import backend_for  # noqa: E402
-from coda.engine.libero import LiberoBackend, factor_token, mode_shares  # noqa: E402
+from coda.engine.libero import LiberoBackend  # noqa: E402
 from coda.engine.loop import start_run  # noqa: E402
 from coda.engine.round import ProbeEpisode, phase_compile, replay_states  # noqa: E402
 from coda.engine.strategies import STRATEGIES, candidate_stream  # noqa: E402
@@ -190,8 +190,8 @@ def test_corrective_labels_replan_from_each_failure_state() -> None:
         env.close()
 
 
-def _verdict(eid: int, factors: tuple[SceneFactor, ...]) -> Verdict:
-    return Verdict(episode_id=str(eid), critic="libero-privileged", failure_mode="missed_grasp", accepted=True,
+def _verdict(eid: int, factors: tuple[SceneFactor, ...], failure_mode: str = "missed_grasp") -> Verdict:
+    return Verdict(episode_id=str(eid), critic="libero-privileged", failure_mode=failure_mode, accepted=True,
                    checks=(CheckResult(name="counterfactual", status="passed", reason="reproduced"),),
                    verified_factors=factors)
 
@@ -214,14 +214,16 @@ def test_coda_compiles_verified_libero_factors_into_mode_programs(tmp_path: Path
     pos = SceneFactor(kind="position", entity=target, value="0,0", detail="moved")
     ins = SceneFactor(kind="instruction", entity=None, value=reworded.instruction(), detail="reworded")
     diag = {1: Diagnosis(failure_mode="missed_grasp", stage_reached="reach", objects=(target,), factors=(pos,),
-                         explanation="closed beside it", stage_plan="1. reach"),
+                         explanation="closed beside it", stage_plan="1. reach", episode_id="1"),
             2: Diagnosis(failure_mode="no_progress", stage_reached="none", objects=(), factors=(ins,),
-                         explanation="did not move", stage_plan="1. reach"),
+                         explanation="did not move", stage_plan="1. reach", episode_id="2"),
             3: Diagnosis(failure_mode="missed_grasp", stage_reached="reach", objects=(), factors=traded,
-                         explanation="went to where the target used to be", stage_plan="1. reach")}
-    verdicts = {1: _verdict(1, (pos,)), 2: _verdict(2, (ins,)), 3: _verdict(3, traded)}
+                         explanation="went to where the target used to be", stage_plan="1. reach", episode_id="3")}
+    verdicts = {1: _verdict(1, (pos,)), 2: _verdict(2, (ins,), "no_progress"), 3: _verdict(3, traded)}
     assert len(traded) == 2
-    assert factor_token(pos, shifted) == "position:target" and factor_token(ins, reworded) == "instruction"
+    tokens = ctx.backend.sim.mode_tokens
+    assert tokens((pos,), shifted) == ("position:target",) and tokens((ins,), reworded) == ("instruction",)
+    assert tokens(traded, swapped) == ("position:swap",)
     sources, fill = phase_compile(ctx, 1, STRATEGIES.get("coda"), probes, diag, verdicts)
     progs = {p.key: p.body for p in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=1)}
     modes = {p["mode"]: p for p in progs.values() if p.get("mode")}
@@ -236,7 +238,7 @@ def test_coda_compiles_verified_libero_factors_into_mode_programs(tmp_path: Path
     training = {t.key: t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=1)}
     trained = [b for k, b in training.items() if k.startswith("train:")]
     assert sorted(b["mode"] for b in trained) == sorted(modes)
-    assert sorted(c["episode_id"] for b in trained for c in b["corrective"]) == [1, 2, 3]
+    assert sorted(c["episode_id"] for b in trained for c in b["corrective"]) == ["1", "2", "3"]
     assert {m.key for m in ctx.memory.list("failure_mode", run_id=ctx.run_id)} == set(modes)
 
 
@@ -254,7 +256,6 @@ def test_plr_and_accel_curate_libero_probe_scenes_in_their_level_buffer(tmp_path
                 sc = tx.add(Scenario.from_spec(spec, split="probe"))
                 tx.add(Episode(scenario_id=sc.id, policy="policy", seed=i, success=ok, episode_return=0.0,
                                length=10, info={"kind": "probe"}))
-        assert ctx.backend.planner(name, STRATEGIES.get(name).plan) is STRATEGIES.get(name).plan
         sources, _ = phase_compile(ctx, 1, STRATEGIES.get(name), [], {}, {})
         assert sum(count for _, _, count in sources) == 6
         bodies = {p.key: p.body for p in ctx.memory.list("generation_program", run_id=ctx.run_id, round_idx=1)}
@@ -292,24 +293,6 @@ def test_replay_edits_failed_libero_probes_and_dagger_relabels_them(tmp_path: Pa
     assert [k for k, _, _ in sources] == ["dr"]
     programs = {t.key: t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=1)}
     assert programs["corrective_r1"]["episodes"] == [1]  # the failed probe, relabelled by the expert
-
-
-def test_more_unsolved_modes_than_the_floor_allows_share_the_budget_evenly(tmp_path: Path) -> None:
-    from coda.engine.progress import LearningProgress
-
-    cfg = libero_cfg(tmp_path, "engine.exploration_floor=0.1", "engine.max_modes=0").engine
-    active = {f"m{i}|task": [LearningProgress(mode=f"m{i}|task", round=1, before=0.0, after=0.2, n=1)] for i in range(12)}
-    active["solved|task"] = [LearningProgress(mode="solved|task", round=1, before=0.5, after=0.95, n=1)]
-    shares = mode_shares(active, 26, cfg, np.random.default_rng(0))
-    assert sum(shares.values()) == 26 and shares["solved|task"] == 0
-    assert all(shares[f"m{i}|task"] in (1, 2) for i in range(12))
-    # capped (the libero preset's 3): three modes share the modes' part (never-measured first), the others wait
-    capped = libero_cfg(tmp_path, "engine.exploration_floor=0.1").engine
-    assert capped.max_modes == 3
-    active["new|task"] = []
-    shares = mode_shares(active, 26, capped, np.random.default_rng(0))
-    chosen = {k for k, v in shares.items() if v and k != "explore"}
-    assert sum(shares.values()) == 26 and len(chosen) == 3 and "new|task" in chosen
 
 
 def test_a_policy_rollout_runs_to_the_suite_horizon_in_a_new_env() -> None:
@@ -366,12 +349,12 @@ def test_verified_libero_stage_plans_become_mode_potentials_that_shape_new_scene
     ins = SceneFactor(kind="instruction", entity=None, value=reworded.instruction(), detail="reworded")
     plan = "1. reach the ketchup 2. grasp it 3. lift it 4. move above the basket 5. place it in the basket"
     diag = {1: Diagnosis(failure_mode="missed_grasp", stage_reached="reach", objects=(target,), factors=(pos,),
-                         explanation="closed beside it", stage_plan=plan),
+                         explanation="closed beside it", stage_plan=plan, episode_id="1"),
             2: Diagnosis(failure_mode="no_progress", stage_reached="none", objects=(), factors=(ins,),
-                         explanation="did not move", stage_plan="1. reach the teapot")}
+                         explanation="did not move", stage_plan="1. reach the teapot", episode_id="2")}
     passed = CheckResult(name="potential", status="passed", reason="rises")
     verdicts = {1: _verdict(1, (pos,)).model_copy(update={"checks": (*_verdict(1, (pos,)).checks, passed)}),
-                2: _verdict(2, (ins,))}
+                2: _verdict(2, (ins,), "no_progress")}
     phase_compile(ctx, 1, STRATEGIES.get("coda"), probes, diag, verdicts)
     modes = {m.id: m.key for m in ctx.memory.list("failure_mode", run_id=ctx.run_id)}
     (pot,) = ctx.memory.list("potential", run_id=ctx.run_id)  # a Potential record from the diagnosis, not a fixed one
@@ -380,7 +363,7 @@ def test_verified_libero_stage_plans_become_mode_potentials_that_shape_new_scene
     training = {t.body["mode"]: t.body for t in ctx.memory.list("training_program", run_id=ctx.run_id, round_idx=1)
                 if t.key.startswith("train:")}
     body = training["missed_grasp|position:target"]
-    assert body["potential_plan"] == plan and body["potential_votes"] == 1 and body["potential_episode"] == 1
+    assert body["potential_plan"] == plan and body["potential_votes"] == 1 and body["potential_episode"] == "1"
     assert [tuple(s["roles"]) for s in body["potential_template"]] == [("target",)] * 3 + [("target", "destination")] * 2
     unread = training["no_progress|instruction"]
     assert unread["potential"] is None and "teapot" in unread["potential_reason"]
@@ -435,3 +418,46 @@ def test_coda_eval_scores_a_checkpoint_on_a_libero_split_through_the_backend_con
     r = CliRunner().invoke(app, ["eval", "--checkpoint", str(ckpt), "--backend", "libero", "--family", "libero_object",
                                  "--split", "physics", "--preset", "libero"])
     assert r.exit_code == 2 and "is not an evaluation split of backend 'libero'" in r.output
+
+
+def test_libero_mode_programs_widen_to_every_task_of_the_suite_and_narrow_back() -> None:
+    """The one planner's levels on LIBERO (`SimBackend.mode_program`): level 0 edits the tasks a mode failed on,
+    level 1 every task of their suites, and a child back at level 0 keeps the lineage's failed tasks."""
+    from coda.scene.factors import CompileError
+    from coda.sim.backends import sim_backend
+
+    sim = sim_backend("libero")
+    mode, seen = "missed_grasp|position:swap", [LiberoScenario("libero_object", 4, init_state=None, seed=1)]
+    root = sim.mode_program(mode, seen, level=0, parent=None, seed=3, count=5, name="mode0_r1", reason="new")
+    assert root["tasks"] == [["libero_object", 4]] and root["edits"] == [["swap_regions", {"a": "target", "b": "other"}]]
+    assert root["mode_program"] == {"level": 0, "parent": None, "reason": "new", "rediagnose": False}
+    more = [LiberoScenario("libero_object", 6, init_state=None, seed=2)]
+    wide = sim.mode_program(mode, more, level=1, parent=root, seed=4, count=5, name="mode1_r2", reason="solved")
+    assert wide["tasks"] == [["libero_object", t] for t in range(len(S.list_tasks("libero_object")))]
+    assert wide["failed_tasks"] == [["libero_object", 4], ["libero_object", 6]] and wide["mode_program"]["parent"] == "mode0_r1"
+    narrow = sim.mode_program(mode, [], level=0, parent=wide, seed=5, count=5, name="mode0_r3", reason="stuck")
+    assert narrow["tasks"] == [["libero_object", 4], ["libero_object", 6]]
+    assert all(s.task_id in (4, 6) for s, _ in zip(candidate_stream(narrow), range(4)))
+    with pytest.raises(CompileError, match="token 'position:far_left' is not a LIBERO mode token"):
+        sim.mode_program("missed_grasp|position:far_left", seen, level=0, parent=None, seed=3, count=5, name="m",
+                         reason="")
+    assert sim.max_level == 1 and sim.entity_roles(seen[0]) == {
+        str(S.bddl_goal(seen[0].bddl_text())[0][1]): "target", "basket_1": "destination"}
+
+
+def test_the_report_keys_verified_libero_diagnoses_by_the_backends_mode_tokens() -> None:
+    from types import SimpleNamespace
+
+    from coda.reports.data import _mode_key
+    from coda.sim.backends import sim_backend
+
+    shifted = derive(np.random.default_rng(0), LiberoScenario("libero_object", 4, init_state=None, seed=1),
+                     [("shift_region", {"object": "target"})])
+    pos = SceneFactor(kind="position", entity=str(S.bddl_goal(shifted.bddl_text())[0][1]), value="0,0", detail="moved")
+    d = Diagnosis(failure_mode="missed_grasp", stage_reached="reach", objects=(), factors=(pos,), explanation="x",
+                  stage_plan="1. reach", episode_id="1")
+    record = SimpleNamespace(spec=shifted.to_dict())
+    key = _mode_key(d.model_dump(mode="json"), _verdict(1, (pos,)).model_dump(mode="json"), record, sim_backend("libero"))
+    assert key == "missed_grasp|position:target"
+    assert _mode_key(d.model_dump(mode="json"), _verdict(1, (pos,)).model_dump(mode="json"), record,
+                     sim_backend("tabletop")) is None  # another simulator's tokens do not key it

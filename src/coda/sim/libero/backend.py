@@ -31,6 +31,7 @@ class LiberoBackend:
 
     name = "libero"
     eval_splits: tuple[str, ...] = tuple(SPLIT_SUITES)
+    max_level = 1  # a mode program's widest level: every task of the suites it failed on
 
     def scenario_from_dict(self, data: dict[str, Any]) -> LiberoScenario:
         return LiberoScenario.from_dict(data)
@@ -122,6 +123,33 @@ class LiberoBackend:
         from coda.sim.libero.factors import same_task
 
         return same_task(spec, base)
+
+    def mode_tokens(self, factors: Sequence[Any], spec: Any, where: str = "factors") -> tuple[str, ...]:
+        """The roles of the objects moved (`position:target|other|swap`), `instruction`, `task`
+        (`coda.sim.libero.factors.mode_tokens`)."""
+        from coda.sim.libero.factors import mode_tokens
+
+        return mode_tokens(factors, spec, where)
+
+    def check_token(self, token: str, where: str = "token") -> None:
+        from coda.sim.libero.factors import check_token
+
+        check_token(token, where)
+
+    def entity_roles(self, spec: Any) -> dict[str, str]:
+        """The BDDL goal pair as `target` / `destination` (`coda.sim.libero.factors.entity_roles`)."""
+        from coda.sim.libero.factors import entity_roles
+
+        return entity_roles(spec)
+
+    def mode_program(self, mode: str, examples: Sequence[Any], *, level: int, parent: dict[str, Any] | None,
+                     seed: int, count: int, name: str, reason: str, rediagnose: bool = False) -> dict[str, Any]:
+        """BDDL edits of the mode's factors on the tasks it failed on, then every task of their suites
+        (`coda.sim.libero.factors.mode_program`)."""
+        from coda.sim.libero.factors import mode_program
+
+        return mode_program(mode, examples, level=level, parent=parent, seed=seed, count=count, name=name,
+                            reason=reason, rediagnose=rediagnose)
 
 
 BACKEND = LiberoBackend()

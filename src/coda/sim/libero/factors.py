@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from coda.scene.factors import FactorError, SceneFactor
+from coda.scene.factors import CompileError, FactorError, SceneFactor
 from coda.sim.libero import suites as S
 from coda.sim.libero.bddl_edit import region_ranges
 from coda.sim.libero.errors import LiberoError
@@ -262,6 +262,88 @@ def same_task(scenario: LiberoScenario, base: Any) -> bool:
             and base.spec_id != scenario.spec_id)
 
 
+MODE_TOKENS = ("instruction", "position:other", "position:swap", "position:target", "task")
+
+
+def mode_tokens(factors: Sequence[SceneFactor], scenario: LiberoScenario | None, where: str = "factors") -> tuple[str, ...]:
+    """The failure-mode tokens of verified factors: the role of a moved object — `position:target` (the
+    object the BDDL goal moves), `position:other`, or `position:swap` for the two together (they traded
+    places, as `swap_regions` makes them) —, `instruction`, `task`; other kinds carry no token.
+
+    Raises:
+        LiberoDiagnosisError: a position factor without its scenario.
+    """
+    tokens: set[str] = set()
+    for j, f in enumerate(factors):
+        if f.kind == "position":
+            if not isinstance(scenario, LiberoScenario):
+                raise LiberoDiagnosisError(f"{where}[{j}].entity = {f.entity!r}: no LIBERO scenario given to resolve its role")
+            goal = S.bddl_goal(scenario.bddl_text())
+            target = str(goal[0][1]) if goal and len(goal[0]) >= 2 else None
+            tokens.add("position:target" if f.entity == target else "position:other")
+        elif f.kind in ("instruction", "task"):
+            tokens.add(str(f.kind))
+    if {"position:target", "position:other"} <= tokens:
+        tokens = (tokens - {"position:target", "position:other"}) | {"position:swap"}
+    return tuple(sorted(tokens))
+
+
+def check_token(token: str, where: str = "token") -> None:
+    """Raise FactorError (naming `where`) when `token` is not one of LIBERO's `MODE_TOKENS`."""
+    if token not in MODE_TOKENS:
+        raise LiberoDiagnosisError(f"{where} token {token!r} is not a LIBERO mode token: one of {list(MODE_TOKENS)}")
+
+
+# The BDDL edit that reproduces a verified factor, by mode token (`coda.sim.libero.operators`).
+FACTOR_EDITS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
+    "position:target": (("shift_region", {"object": "target"}),),
+    "position:other": (("swap_regions", {"a": "target", "b": "other"}),),
+    "position:swap": (("swap_regions", {"a": "target", "b": "other"}),),
+    "instruction": (("paraphrase", {}),),
+    "task": (("change_task", {}),),
+}
+MAX_LEVEL = 1  # level 0: the tasks a mode failed on; 1: every task of their suites
+
+
+def mode_program(mode: str, examples: Sequence[LiberoScenario], *, level: int, parent: Any, seed: int, count: int,
+                 name: str, reason: str, rediagnose: bool = False) -> dict[str, Any]:
+    """A `libero` generation body applying the edits of the mode's factors (`FACTOR_EDITS`) to the tasks it
+    failed on, in this round and its lineage's (`failed_tasks`; level 0), or to every task of their suites
+    (level 1). `name` is the program's record key (a child's `mode_program.parent`).
+
+    Raises:
+        CompileError: a token that is not LIBERO's, or none of the mode's factors has a BDDL edit.
+    """
+    _, bar, rest = mode.partition("|")
+    tokens = rest.split("+") if bar else []
+    for t in tokens:
+        try:
+            check_token(t, f"mode = {mode!r}:")
+        except FactorError as e:
+            raise CompileError(str(e)) from None
+    edits = [e for t in tokens for e in FACTOR_EDITS.get(t, ())]
+    if not edits:
+        raise CompileError(f"mode = {mode!r}: none of its factors has a LIBERO edit ({sorted(FACTOR_EDITS)})")
+    failed = sorted({(s.suite, s.task_id) for s in examples}
+                    | {(str(s), int(t)) for s, t in (parent or {}).get("failed_tasks", [])})
+    tasks = failed if level == 0 else [(s, t) for s in sorted({s for s, _ in failed}) for t in range(len(S.list_tasks(s)))]
+    return {"kind": "libero", "tasks": [list(t) for t in tasks], "failed_tasks": [list(t) for t in failed],
+            "edits": [[op, args] for op, args in edits], "seed": seed, "program_key": name,
+            "mode_program": {"level": level, "parent": (parent or {}).get("program_key"), "reason": reason,
+                             "rediagnose": rediagnose}}
+
+
+def entity_roles(scenario: LiberoScenario) -> dict[str, str]:
+    """The BDDL goal pair's entities by role: what the goal moves (`target`) and where it goes
+    (`destination`); other entities have no role. Raises LiberoError for a goal that is not one in / on."""
+    from coda.sim.libero.predicates import goal_pair
+
+    text = scenario.bddl_text()
+    names = (*S.bddl_objects(text), *S.bddl_fixtures(text))
+    obj, target = goal_pair(S.bddl_goal(text), bddl_regions(text), names)
+    return {obj: "target", target: "destination"}
+
+
 def _with_factor_of(text: str, src: str, official: str, factor: SceneFactor, *, swapped: str, verb: str) -> str:
     """`text` with the BDDL parts of one factor copied from `src`: an object's (:init ...) region and its
     ranges (with the object it was swapped with, a swap being read from `swapped` against `official`), the
@@ -290,8 +372,15 @@ def _with_factor_of(text: str, src: str, official: str, factor: SceneFactor, *, 
 
 
 __all__ = [
+    "FACTOR_EDITS",
     "MAX_FACTORS",
+    "MAX_LEVEL",
+    "MODE_TOKENS",
     "LiberoDiagnosisError",
+    "check_token",
+    "entity_roles",
+    "mode_program",
+    "mode_tokens",
     "factor_edits",
     "same_task",
     "scenario_factors",

@@ -1,5 +1,5 @@
 """The tabletop's factor vocabulary: a scene factor as scene edits, behind the verifier's counterfactual
-check (`coda.critic.verify`, check b) and the generation programs of failure modes (`coda.engine.compile`).
+check (`coda.critic.verify`, check b) and the generation programs of failure modes (`coda.sim.tabletop.programs`).
 
 An implicated factor is tested twice: `factor_ops` expresses it as scene-operator calls that apply it to
 *another* scene of the family (entities named by role, `role_of`), and `undo_factor` puts it back in the
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from coda.sim.backends import FactorEdit
 
 
+ROLES = ("target", "goal", "alt", "other")  # what `role_of` calls an entity
+
+
 def role_of(name: str | None, spec: ScenarioSpec) -> str:
     """The role of an entity in a scene — target, goal, alt or other (None means the target): a reference
     that carries over to other scenes, where entity names do not."""
@@ -36,6 +39,13 @@ def role_of(name: str | None, spec: ScenarioSpec) -> str:
     if entity_kinds(spec).get(name) in ("container", "region") and name not in goal:
         return "alt"
     return "other"
+
+
+def entity_for_role(role: str, spec: ScenarioSpec) -> str | None:
+    """An entity of `spec` with that role (the first in scene order), or None when the scene has none."""
+    if role not in ROLES:
+        raise FactorError(f"role = {role!r} is not one of {list(ROLES)}")
+    return next((n for n in entity_kinds(spec) if role_of(n, spec) == role), None)  # scene order
 
 
 def _num(text: str) -> float | None:
@@ -297,4 +307,4 @@ def _undo_attribute(rng: np.random.Generator, f: SceneFactor, spec: ScenarioSpec
     raise FactorError(f"cannot undo object_attribute {f.value!r} of '{name}'")
 
 
-__all__ = ["factor_edits", "factor_ops", "role_of", "swapped_pairs", "training_region", "undo_factor"]
+__all__ = ["ROLES", "entity_for_role", "factor_edits", "factor_ops", "role_of", "swapped_pairs", "training_region", "undo_factor"]

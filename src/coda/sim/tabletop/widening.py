@@ -1,7 +1,7 @@
 """A failure mode's operator calls, widened with its generation program's level.
 
-`coda.engine.compile` turns each factor token of a mode into level-0 operator calls (`factor_ops`); `widen`
-spreads them over more of the scene space as the level grows (the table in `coda.engine.compile`'s
+`coda.sim.tabletop.programs` turns each factor token of a mode into level-0 operator calls (`factor_ops`); `widen`
+spreads them over more of the scene space as the level grows (the table in `coda.sim.tabletop.programs`'
 docstring), `combined_factors` adds one factor of another axis to a share of the scenes from level 2 on, and
 `merge_placements` places the entities of several position factors together.
 """
@@ -47,7 +47,7 @@ def neighbourhood(region: str, level: int) -> list[str]:
 
 
 def widen(token: str, ops: list[dict[str, Any]], level: int) -> list[dict[str, Any]]:
-    """The level-0 operator calls of a factor, widened to `level` (see `coda.engine.compile`'s docstring)."""
+    """The level-0 operator calls of a factor, widened to `level` (see `coda.sim.tabletop.programs`' docstring)."""
     if level == 0:
         return ops
     op = dict(ops[0])
