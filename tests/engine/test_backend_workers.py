@@ -26,15 +26,28 @@ def _who(x: int) -> tuple[int, int, int]:
     return x * 3, os.getpid(), len(_SETUPS)
 
 
-def test_a_pool_sets_its_workers_up_once_and_keeps_them_for_every_map() -> None:
+def _who_with_both(job: tuple[int, str]) -> tuple[int, int, int]:
+    """`_who`, once both workers have taken a job (each job leaves its pid in a shared folder; 30 s at most)."""
+    import time
+    from pathlib import Path
+
+    x, folder = job
+    (Path(folder) / str(os.getpid())).touch()
+    deadline = time.monotonic() + 30
+    while len(list(Path(folder).iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _who(x)
+
+
+def test_a_pool_sets_its_workers_up_once_and_keeps_them_for_every_map(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with LocalExecutor(2).pool(_setup) as pool:
-        first = list(pool.map(_who, list(range(8))))
+        first = list(pool.map(_who_with_both, [(x, str(tmp_path)) for x in range(8)]))  # both workers take jobs
         second = list(pool.map(_who, list(range(8, 12))))
     assert [v for v, _, _ in first + second] == [3 * x for x in range(12)]  # in job order
-    pids = {pid for _, pid, _ in first + second}
-    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    pids = {pid for _, pid, _ in first}
+    assert os.getpid() not in pids and len(pids) == 2
     assert {n for _, _, n in first + second} == {1}  # each worker set up once, for both maps
-    assert {pid for _, pid, _ in second} <= {pid for _, pid, _ in first}  # the same workers
+    assert {pid for _, pid, _ in second} <= pids  # the same workers
 
 
 def test_one_worker_runs_in_this_process_and_is_closed_with_the_pool() -> None:
