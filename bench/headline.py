@@ -9,8 +9,9 @@ of them fine-tune the *same* SFT policy, under the same generation budget, exper
 steps, and are evaluated on the same scenes. Every run is a `coda run` subprocess with its own run directory,
 memory and report; two run at a time (one per core, one rollout process and one torch thread each). A killed
 benchmark started again with the same arguments skips finished runs and resumes unfinished ones;
-`wall_seconds` sums the wall time of every invocation that finished (`invocations.jsonl` in the work
-directory), and `meta.run_seconds` gives each run's subprocess seconds over its attempts.
+`wall_seconds` sums the wall time of every invocation (`invocations/` in the work directory: each one's
+time up to its last finished run, so a killed invocation counts until then), and `meta.run_seconds` gives
+each run's subprocess seconds over its attempts.
 
 Success is read from each run's memory: the policy after the last round on the evaluation splits (`sft` in
 distribution; `position`, `instruction`, `task`, `object`, `distractor`, `physics` out of distribution), scenes
@@ -397,6 +398,18 @@ def main() -> None:
         if missing:
             raise SystemExit(f"--report: {len(missing)} run(s) are not done in {work}: {', '.join(missing)}")
     t0 = time.perf_counter()
+    record = None if args.report else work / "invocations" / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
+
+    def note_wall(finished: bool) -> None:
+        """This invocation's wall time so far (after each finished run, and at its end), so a killed benchmark
+        keeps the time it spent up to its last finished run."""
+        if record is not None:
+            record.parent.mkdir(exist_ok=True)
+            tmp = record.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"argv": sys.argv[1:], "wall_seconds": time.perf_counter() - t0,
+                                       "finished": finished, "commit": _commit()}) + "\n")
+            tmp.replace(record)
+
     failed: list[str] = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar, ThreadPoolExecutor(args.jobs) as pool:
@@ -415,16 +428,14 @@ def main() -> None:
                         bar.advance(task, len(later[(job.seed, job.family)]))
                     continue
                 console.print(f"{job.name}: {secs / 60:.1f} min")
+                note_wall(False)
                 if job.strategy == "sft":
                     running |= {pool.submit(execute, j, work, overrides) for j in later[(job.seed, job.family)]}
     if failed:
         console.print(f"[red]{len(failed)} run(s) failed: {', '.join(failed)}[/]")
         raise SystemExit(1)
-    wall = time.perf_counter() - t0
-    if not args.report:
-        with open(work / "invocations.jsonl", "a") as f:  # a resumed benchmark's wall time is the sum
-            f.write(json.dumps({"argv": sys.argv[1:], "wall_seconds": wall, "commit": _commit()}) + "\n")
-    invocations = [json.loads(line) for line in (work / "invocations.jsonl").read_text().splitlines() if line]
+    note_wall(True)
+    invocations = read_invocations(work)  # a resumed benchmark's wall time is the sum
 
     st = summarise(work, jobs, strategies)
     ran = [s for s in BASELINES if s in st]  # the best of the baselines that ran (all of them by default)
@@ -466,6 +477,14 @@ def main() -> None:
     console.print(f"SFT→coda ratio {result['sft_to_coda_ratio']}; coda − {best}: "
                   f"{result['coda_minus_best_closed_loop_pp']} points; wall {result['wall_seconds'] / 60:.1f} min "
                   f"over {len(invocations)} invocation(s) → {out}")
+
+
+def read_invocations(work: Path) -> list[dict[str, Any]]:
+    """Every invocation's record in `work`, oldest first: `invocations/*.json` (wall time up to its last
+    finished run, `finished` when it ran to the end) and the lines of an older `invocations.jsonl`."""
+    legacy = work / "invocations.jsonl"
+    out = [json.loads(line) for line in legacy.read_text().splitlines() if line] if legacy.exists() else []
+    return out + [json.loads(p.read_text()) for p in sorted((work / "invocations").glob("*.json"))]
 
 
 if __name__ == "__main__":

@@ -77,3 +77,17 @@ def test_the_figure_pools_each_split_over_families_with_its_interval(tmp_path, h
     from PIL import Image
 
     assert Image.open(tmp_path / "h.png").size == (1650, 528)
+
+
+def test_the_wall_time_sums_every_invocation_killed_ones_up_to_their_last_finished_run(tmp_path, headline) -> None:
+    import json
+
+    assert headline.read_invocations(tmp_path) == []  # --report on runs that no invocation finished
+    (tmp_path / "invocations.jsonl").write_text(json.dumps({"argv": [], "wall_seconds": 10.0}) + "\n")
+    (tmp_path / "invocations").mkdir()
+    (tmp_path / "invocations" / "20261208T010000-1.json").write_text(
+        json.dumps({"argv": [], "wall_seconds": 30.0, "finished": False}))
+    (tmp_path / "invocations" / "20261208T020000-2.json").write_text(
+        json.dumps({"argv": [], "wall_seconds": 5.0, "finished": True}))
+    got = headline.read_invocations(tmp_path)
+    assert [i["wall_seconds"] for i in got] == [10.0, 30.0, 5.0] and sum(i["wall_seconds"] for i in got) == 45.0
