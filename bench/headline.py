@@ -39,9 +39,9 @@ Writes `bench/results/headline.json` (`--fast`: `headline_fast.json`), a markdow
      "diagnoses_per_round", "wall_seconds", "meta": {...}}
 
 Usage:
-    python bench/headline.py                  # 3 seeds, 84 runs (96 with coda-sparse: 148 min measured on 2
-                                              # cores; a closed-loop run 2-3 min with two at a time, a round-0
-                                              # run 1.7-3.5)
+    python bench/headline.py                  # 3 seeds, 84 runs (142 min measured on 2 cores, other work
+                                              # sharing them; 148 for 96 runs with coda-sparse; a closed-loop
+                                              # run 2-3 min with two at a time, a round-0 run 1.7-3.5)
     python bench/headline.py --fast           # 1 seed, the same sizes (32 min measured on 2 cores; 39 with
                                               # coda-sparse)
     python bench/headline.py --strategies coda dr --families pick_place --seeds 1
