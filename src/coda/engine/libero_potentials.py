@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coda.critic.libero import libero_entities, libero_potential
+from coda.critic.libero import libero_entities, libero_potential, try_libero_plan
 from coda.engine.compile import CompileError, RoleStage
 from coda.shaping.program import ProgramError, Stage, StageProgram
 from coda.shaping.text2potential import PlanRejected, StagedPotential, try_parse_plan
@@ -98,16 +98,9 @@ def plan_phis(plan: str, scenario: LiberoScenario, states: Sequence[Any]) -> lis
     the goal's canonical stage program (`coda.critic.libero.libero_potential`) where the plan does not compile."""
     if not states:
         return []
-    try:
-        entities = libero_entities(scenario, states[0])
-        kinds = dict(entities.kinds)
-        prog = try_parse_plan(plan, entities)
-        if not isinstance(prog, PlanRejected):
-            pot = StagedPotential(prog, None, libero_predicates(states[0], scenario), kinds=kinds)
-            return [float(x) for x in pot.phis(states)]
-    except (LiberoError, ProgramError):
-        pass
-    return [float(x) for x in libero_potential(states[0], scenario).phis(states)]
-
+    pot = try_libero_plan(plan, states[0], scenario)
+    if isinstance(pot, PlanRejected):
+        pot = libero_potential(states[0], scenario)
+    return [float(x) for x in pot.phis(states)]
 
 __all__ = ["GOAL_ROLES", "bind_libero_template", "libero_role_template", "mode_phis", "plan_phis", "plan_template"]
